@@ -55,6 +55,12 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True
 
 
+def _admits_tuple(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return any(_admits_tuple(arg) for arg in typing.get_args(annotation))
+    return typing.get_origin(annotation) is tuple
+
+
 def _describe(annotation: Any) -> str:
     if typing.get_origin(annotation) is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
@@ -69,7 +75,7 @@ class Validated:
         hints = typing.get_type_hints(type(self))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, list) and typing.get_origin(hints[field.name]) is tuple:
+            if isinstance(value, list) and _admits_tuple(hints[field.name]):  # YAML has lists, not tuples
                 value = tuple(value)
                 object.__setattr__(self, field.name, value)
             require(

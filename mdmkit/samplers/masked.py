@@ -54,7 +54,8 @@ class MaskedSampler(Validated):
                 return x
             state, row_masked = x[rows], masked[rows]
             logits = network(state, rows).float()
-            logits[..., mask_id] = float("-inf")  # the mask token is never a prediction
+            never_mask = torch.tensor([mask_id], device=logits.device)
+            logits = logits.index_fill(-1, never_mask, float("-inf"))  # the mask token is never a prediction
             choice, confidence = choose_tokens(logits, self.temperature, generator)
             score = confidence.masked_fill(~row_masked, float("-inf"))
             sorted_scores, order = score.sort(dim=1, descending=True)

@@ -85,7 +85,9 @@ class MDMModule(L.LightningModule):
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # here rather than in on_train_batch_end, which runs after the checkpoint callback has saved
         self.ema.update(self.network, self.global_step)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

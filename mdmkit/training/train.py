@@ -54,6 +54,8 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
     checkpoints = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
+        filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
+        auto_insert_metric_name=False,
         save_last=True,
         save_top_k=0 if cfg.checkpoint_every is None else -1,
         every_n_train_steps=cfg.checkpoint_every,

@@ -1,0 +1,52 @@
+"""Shared fixtures: Hydra composition of the real configs, tiny settings, an isolated data cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A configuration that trains in seconds on a CPU; tests add their own overrides on top.
+TINY = [
+    "model=tiny",
+    "logger=csv",
+    "task.n_train=300",
+    "task.n_val=40",
+    "task.n_test=40",
+    "task.workers=1",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "data.batch_size=8",
+    "data.eval_batch_size=32",
+    "data.val_examples=16",
+    "optim.warmup_steps=2",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path_factory.getbasetemp() / "data-cache"  # shared by the session: generate once
+    monkeypatch.setenv("MDMKIT_CACHE_DIR", str(cache))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+
+
+def compose_config(config_name: str = "train", overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    with initialize_config_module("mdmkit.conf", version_base="1.3"):
+        return compose(config_name, overrides=list(overrides))
+
+
+def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `python train.py|evaluate.py overrides...` as a user would, in `cwd`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *overrides],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )

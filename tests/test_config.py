@@ -1,0 +1,96 @@
+"""Every config composes and builds; bad keys and values stop at start-up with one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import TINY, compose_config, run_cli
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError
+
+from mdmkit.config import build, to_container
+from mdmkit.errors import ConfigError
+from mdmkit.training.module import MDMModule
+
+CONF = Path(__file__).resolve().parents[1] / "mdmkit" / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_instantiates(experiment: str) -> None:
+    cfg = compose_config("train", [f"experiment={experiment}"])
+    module = MDMModule(to_container(cfg))  # builds task, network, objective, optimizer config, val sampler
+    assert module.network.num_parameters() > 0
+    assert build(cfg.sampler, "sampler") is not None
+    for name, node in cfg.logger.items():
+        assert node._target_.startswith("lightning.pytorch.loggers"), name
+
+
+@pytest.mark.parametrize("option", sorted(p.stem for p in (CONF / "trainer").glob("*.yaml")))
+def test_every_trainer_config_composes(option: str) -> None:
+    cfg = compose_config("train", [f"trainer={option}"])
+    assert cfg.trainer._target_ == "lightning.Trainer"
+
+
+def test_evaluate_config_composes_with_and_without_task() -> None:
+    assert compose_config("evaluate", ["ckpt=x.pt"]).get("task") is None
+    assert compose_config("evaluate", ["ckpt=x.pt", "task=maze"]).task.grid_size == 5
+
+
+def test_model_sizes_match_their_names() -> None:
+    sizes = {}
+    for name in ("tiny", "cpu", "paper"):
+        module = MDMModule(to_container(compose_config("train", [f"model={name}"])))
+        sizes[name] = module.network.num_parameters()
+    assert sizes["tiny"] < 50_000
+    assert 0.5e6 < sizes["cpu"] < 1.2e6
+    assert 5e6 < sizes["paper"] < 7.5e6
+
+
+def test_unknown_key_and_group_option_are_rejected_at_composition() -> None:
+    with pytest.raises(ConfigCompositionException, match="n_layer"):
+        compose_config("train", ["model.n_layer=3"])
+    with pytest.raises(ConfigCompositionException, match="huge"):
+        compose_config("train", ["model=huge"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.n_layers=0", "model: n_layers=0 must be >= 1"),
+        ("model.d_model=130", "model: d_model=130 must be divisible by n_heads=4"),
+        ("model.positions=sinusoidal", "model: positions='sinusoidal': expected one of 'learned', 'rotary'"),
+        ("sampler.k=0", "sampler: k=0 must be >= 1"),
+        ("task.n_givens=10", "task: n_givens=10 must lie in [17, 80]"),
+        ("objective.weighting=sqrt", "objective: weighting='sqrt'"),
+        ("optim.lr=-1", "optim: lr=-1 must be > 0"),
+        ("+model.flash=true", "model: unknown key 'flash'"),
+    ],
+)
+def test_bad_values_raise_one_config_error(override: str, message: str) -> None:
+    cfg = compose_config("train", [override])
+    with pytest.raises(ConfigError) as error:
+        MDMModule(to_container(cfg))
+        build(cfg.sampler, "sampler")
+    assert message in str(error.value)
+
+
+def test_wrong_type_is_reported_with_the_field() -> None:
+    cfg = compose_config("train", ["model.n_heads=four"])
+    with pytest.raises(ConfigError, match="n_heads='four': expected int"):
+        MDMModule(to_container(cfg))
+
+
+def test_cli_prints_one_line_error_without_traceback(tmp_path: Path) -> None:
+    result = run_cli("train.py", *TINY, "model.n_layers=0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "error: model: n_layers=0 must be >= 1"
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_cli_unknown_key_is_one_clear_message(tmp_path: Path) -> None:
+    result = run_cli("train.py", "model.n_layer=3", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Could not override 'model.n_layer'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,89 @@
+"""Training end to end on tiny settings: fast_dev_run, exact resume, evaluate round trip, DDP, bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, compose_config, run_cli
+
+from mdmkit.checkpoint import TrainedModel
+from mdmkit.errors import CheckpointError
+from mdmkit.training.train import run_training
+
+
+def train(tmp_path: Path, *overrides: str) -> dict:
+    cfg = compose_config("train", [*TINY, f"results_file={tmp_path}/results.jsonl", *overrides])
+    return run_training(cfg, tmp_path)
+
+
+def test_fast_dev_run_trains_one_step_and_writes_a_model(tmp_path: Path) -> None:
+    summary = train(tmp_path, "trainer.fast_dev_run=true")
+    assert summary["global_step"] == 1
+    assert TrainedModel(tmp_path / "model.pt").network().num_parameters() > 0
+
+
+def test_training_then_evaluation_records_accuracy_and_counted_nfe(tmp_path: Path) -> None:
+    summary = train(tmp_path)
+    assert summary["global_step"] == 4
+    assert summary["n"] == 40 and 0.0 <= summary["accuracy"] <= 1.0
+    assert summary["nfe_mean"] == 81 - 36  # full-step: one forward pass per blank cell
+    record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[-1])
+    assert record["kind"] == "train" and record["config"]["model"]["n_layers"] == 2
+    assert (tmp_path / "csv").is_dir()
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return {"optimizer": state["optimizer_states"][0]["state"][0]["exp_avg"], **state["state_dict"]}
+
+
+def test_resume_continues_exactly_the_same_run(tmp_path: Path) -> None:
+    straight, interrupted, resumed = tmp_path / "straight", tmp_path / "interrupted", tmp_path / "resumed"
+    common = ["trainer.max_steps=6", "trainer.val_check_interval=3", "evaluate_after_training=false"]
+    train(straight, *common)
+    train(interrupted, *common, "checkpoint_every=3")
+    midway = next((interrupted / "checkpoints").glob("step0000003.ckpt"))
+    summary = train(resumed, *common, f"ckpt_path={midway}")
+    assert summary["global_step"] == 6
+    expected, actual = _weights(straight / "checkpoints/last.ckpt"), _weights(resumed / "checkpoints/last.ckpt")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name  # network, EMA and optimizer state alike
+
+
+def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> None:
+    train(tmp_path, "evaluate_after_training=false")
+    results = tmp_path / "eval.jsonl"
+    for ckpt in (tmp_path / "model.pt", tmp_path / "checkpoints/last.ckpt"):
+        out = run_cli("evaluate.py", f"ckpt={ckpt}", "sampler.k=4", "limit=16", f"results_file={results}", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "[sudoku] accuracy" in out.stdout and "NFE mean 12.00" in out.stdout  # ceil(45 / 4)
+    slim, full = (json.loads(line) for line in results.read_text().splitlines())
+    assert slim["accuracy"] == full["accuracy"] and slim["nfe"] == full["nfe"]  # both hold the EMA weights
+    assert slim["sampler"]["k"] == 4 and slim["train_config"]["model"]["d_model"] == 32
+    assert slim["nfe"]["histogram"] == {"12": 16}
+
+
+def test_missing_and_incompatible_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
+    out = run_cli("evaluate.py", f"ckpt={tmp_path}/nope.pt", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip() == f"error: checkpoint not found: {tmp_path}/nope.pt"
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        TrainedModel(junk)
+    train(tmp_path, "trainer.fast_dev_run=true")
+    out = run_cli("evaluate.py", f"ckpt={tmp_path}/model.pt", "task=maze", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "was trained on task 'sudoku' (vocab 11, length 89); task 'maze' needs vocab 28" in out.stderr
+    out = run_cli("train.py", *TINY, f"ckpt_path={tmp_path}/missing.ckpt", cwd=tmp_path)
+    assert out.returncode == 2 and "error: ckpt_path not found" in out.stderr
+
+
+def test_ddp_with_two_cpu_processes(tmp_path: Path) -> None:
+    out = run_cli("train.py", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                  f"results_file={tmp_path}/r.jsonl", cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[sudoku] trained 4 steps" in out.stdout
