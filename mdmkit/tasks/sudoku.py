@@ -14,7 +14,7 @@ import torch
 from mdmkit.config import require
 from mdmkit.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
-from mdmkit.tasks.sudoku_generator import count_solutions, generate_puzzles
+from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
 _CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
@@ -72,11 +72,11 @@ class SudokuTask(PuzzleTask):
             if len(text) != 81 or any(ch not in "0123456789." for ch in text):
                 raise DataFormatError(f"{where}: expected 81 characters of 1-9 (givens) and 0 or '.' (blanks)")
             puzzle = np.array([0 if ch == "." else int(ch) for ch in text], dtype=np.int8)
-            solved = _solve_unique(puzzle)
-            if solved is None:
-                raise DataFormatError(f"{where}: puzzle does not have exactly one solution")
+            solved = find_solutions(puzzle, limit=2)
+            if len(solved) != 1:
+                raise DataFormatError(f"{where}: puzzle has {'no solution' if not solved else 'several solutions'}")
             puzzles.append(puzzle)
-            solutions.append(solved)
+            solutions.append(solved[0])
         if not puzzles:
             raise DataFormatError(f"{path}: no puzzles found")
         return self._examples(np.stack(puzzles), np.stack(solutions))
@@ -93,17 +93,3 @@ class SudokuTask(PuzzleTask):
         boxes_ok = (boxes == 1).all(-1).all(-1).all(-1)
         givens_kept = ((predicted == target) | answer_mask).all(1)
         return digits_ok & rows_ok & cols_ok & boxes_ok & givens_kept
-
-
-def _solve_unique(puzzle: np.ndarray) -> np.ndarray | None:
-    """The unique solution of a puzzle, or None if it has zero or several."""
-    if count_solutions(puzzle, limit=2) != 1:
-        return None
-    grid = puzzle.copy()
-    for cell in range(81):  # fix cells one by one, keeping the puzzle solvable
-        if grid[cell] == 0:
-            for digit in range(1, 10):
-                grid[cell] = digit
-                if count_solutions(grid, limit=1) == 1:
-                    break
-    return grid
