@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mdmkit.errors import MdmkitError
 
-os.environ.setdefault("WANDB_MODE", "offline")  # never wait on a network unless the user asks for it
-
 
 def _fail(error: MdmkitError) -> None:
+    """One line on stderr; a single run exits with status 2, a multirun job lets the sweep go on."""
     print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

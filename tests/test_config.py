@@ -35,7 +35,7 @@ def test_every_trainer_config_composes(option: str) -> None:
 
 def test_evaluate_config_composes_with_and_without_task() -> None:
     assert compose_config("evaluate", ["ckpt=x.pt"]).get("task") is None
-    assert compose_config("evaluate", ["ckpt=x.pt", "task=maze"]).task.grid_size == 5
+    assert compose_config("evaluate", ["ckpt=x.pt", "task=maze"]).task.grid_size == 4
 
 
 def test_model_sizes_match_their_names() -> None:

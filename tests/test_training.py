@@ -77,9 +77,20 @@ def test_missing_and_incompatible_checkpoints_are_one_line_errors(tmp_path: Path
     train(tmp_path, "trainer.fast_dev_run=true")
     out = run_cli("evaluate.py", f"ckpt={tmp_path}/model.pt", "task=maze", cwd=tmp_path)
     assert out.returncode == 2
-    assert "was trained on task 'sudoku' (vocab 11, length 89); task 'maze' needs vocab 28" in out.stderr
+    assert "was trained on task 'sudoku' (vocab 11, length 89); task 'maze' needs vocab 19, length 50" in out.stderr
     out = run_cli("train.py", *TINY, f"ckpt_path={tmp_path}/missing.ckpt", cwd=tmp_path)
     assert out.returncode == 2 and "error: ckpt_path not found" in out.stderr
+
+
+def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path) -> None:
+    train(tmp_path, "trainer.fast_dev_run=true")
+    results = tmp_path / "sweep.jsonl"
+    out = run_cli("evaluate.py", "-m", f"ckpt={tmp_path}/model.pt", "sampler.k=0,45", "limit=4",
+                  f"results_file={results}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "error: sampler: k=0 must be >= 1" in out.stderr
+    assert "NFE mean 1.00" in out.stdout  # the k=45 job ran: one pass reveals all 45 blanks
+    assert len(results.read_text().splitlines()) == 1
 
 
 def test_ddp_with_two_cpu_processes(tmp_path: Path) -> None:

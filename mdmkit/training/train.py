@@ -25,8 +25,7 @@ def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
     for name, node in (cfg.get("logger") or {}).items():
         if node is None:
             continue
-        kwargs = {"save_dir": str(output_dir)}
-        loggers.append(build(node, f"logger.{name}", **kwargs))
+        loggers.append(build(node, f"logger.{name}", save_dir=str(output_dir)))
     return loggers
 
 

@@ -1,0 +1,40 @@
+"""Console entry points (`mdmkit-train`, `mdmkit-evaluate`; `train.py`/`evaluate.py` at the repo root)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from mdmkit.errors import MdmkitError
+
+os.environ.setdefault("WANDB_MODE", "offline")  # never wait on a network unless the user asks for it
+
+
+def _fail(error: MdmkitError) -> None:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def train(cfg: DictConfig) -> None:
+    from mdmkit.training.train import run_training  # heavy imports after Hydra has parsed the command line
+
+    try:
+        run_training(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except MdmkitError as error:
+        _fail(error)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def evaluate(cfg: DictConfig) -> None:
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    try:
+        run_evaluation(cfg)
+    except MdmkitError as error:
+        _fail(error)

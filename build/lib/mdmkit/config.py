@@ -1,0 +1,129 @@
+"""Typed, validated configs and the one place where Hydra nodes become objects.
+
+Every buildable thing (model spec, objective, task, sampler) is a dataclass that derives from
+`Validated`: its fields are type-checked against their annotations and its `validate` hook checks
+ranges, so a wrong key or value stops at start-up with one line that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import types
+import typing
+from typing import Any, Literal, Union
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from mdmkit.errors import ConfigError
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise `ConfigError(message)` unless `condition` holds."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin in (tuple, list):
+        args = typing.get_args(annotation)
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return not args or (len(args) == len(value) and all(map(_matches, value, args)))
+    if origin is dict:
+        return isinstance(value, dict)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _admits_tuple(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return any(_admits_tuple(arg) for arg in typing.get_args(annotation))
+    return typing.get_origin(annotation) is tuple
+
+
+def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+
+
+@dataclasses.dataclass
+class Validated:
+    """Dataclass base that type-checks its fields and runs `validate()` after construction."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, list) and _admits_tuple(hints[field.name]):  # YAML has lists, not tuples
+                value = tuple(value)
+                object.__setattr__(self, field.name, value)
+            require(
+                _matches(value, hints[field.name]),
+                f"{field.name}={value!r}: expected {_describe(hints[field.name])}",
+            )
+        self.validate()
+
+    def validate(self) -> None:
+        """Range checks beyond types; override and call `require`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_UNEXPECTED_KWARG = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _target_keys(node: DictConfig) -> list[str]:
+    try:
+        from hydra._internal.utils import _locate
+
+        target = _locate(node["_target_"])
+        return [p for p in inspect.signature(target).parameters if p not in ("self", "args", "kwargs")]
+    except Exception:
+        return []
+
+
+def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
+    """Instantiate a `_target_` node; any failure becomes one `ConfigError` naming the config group."""
+    if not isinstance(node, DictConfig):
+        node = OmegaConf.create(node)
+    require("_target_" in node, f"{where}: config has no _target_")
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except InstantiationException as error:
+        cause = error.__cause__ or error
+        if isinstance(cause, ConfigError):
+            raise ConfigError(f"{where}: {cause}") from None
+        match = _UNEXPECTED_KWARG.search(str(cause))
+        if match:
+            valid = ", ".join(k for k in _target_keys(node) if k not in kwargs)
+            raise ConfigError(f"{where}: unknown key '{match.group(1)}' (valid keys: {valid})") from None
+        raise ConfigError(f"{where}: cannot build {node['_target_']}: {cause}") from None
+
+
+def to_container(node: DictConfig | dict) -> dict[str, Any]:
+    """A plain, fully resolved dict (what results files and checkpoints store)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+    return dict(node)

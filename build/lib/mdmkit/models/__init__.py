@@ -1,0 +1,3 @@
+from mdmkit.models.transformer import MaskedTransformer, TransformerConfig
+
+__all__ = ["MaskedTransformer", "TransformerConfig"]

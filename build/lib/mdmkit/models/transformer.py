@@ -1,0 +1,135 @@
+"""A bidirectional, time-agnostic transformer for masked diffusion (nanoGPT-sized, readable in one sitting).
+
+No time embedding: a masked diffusion model can infer the noise level from the number of mask tokens,
+so, as in the EB-Sampler paper's small DiT, the network maps a partially masked sequence to logits only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mdmkit.config import Validated, require
+
+
+@dataclass
+class TransformerConfig(Validated):
+    """Shape of the network. `vocab_size` and `max_len` come from the task."""
+
+    vocab_size: int
+    max_len: int
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    positions: Literal["learned", "rotary"] = "learned"
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads"):
+            require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        require(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        require(self.mlp_ratio > 0, f"mlp_ratio={self.mlp_ratio} must be > 0")
+        require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
+        if self.positions == "rotary":
+            require((self.d_model // self.n_heads) % 2 == 0, "rotary positions need an even head dimension")
+
+    def build(self) -> MaskedTransformer:
+        return MaskedTransformer(self)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding applied to queries and keys (rotate-half convention)."""
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0) -> None:
+        super().__init__()
+        inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        angles = torch.outer(torch.arange(max_len).float(), inv_freq)
+        self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)
+        self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[-2]
+        first, second = x.chunk(2, dim=-1)
+        rotated = torch.cat((-second, first), dim=-1)
+        return x * self.cos[:length] + rotated * self.sin[:length]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out = nn.Linear(config.d_model, config.d_model)
+        self.dropout = config.dropout
+        self.rotary = rotary
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
+        super().__init__()
+        hidden = int(config.mlp_ratio * config.d_model)
+        self.norm_attn = nn.LayerNorm(config.d_model)
+        self.attn = SelfAttention(config, rotary)
+        self.norm_mlp = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model), nn.Dropout(config.dropout)
+        )
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.norm_attn(x), attn_mask)
+        return x + self.mlp(self.norm_mlp(x))
+
+
+class MaskedTransformer(nn.Module):
+    """Maps tokens [B, L] (some of them the mask token) to logits [B, L, vocab_size]."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        head_dim = config.d_model // config.n_heads
+        rotary = Rotary(head_dim, config.max_len) if config.positions == "rotary" else None
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.position = nn.Embedding(config.max_len, config.d_model) if rotary is None else None
+        self.blocks = nn.ModuleList(Block(config, rotary) for _ in range(config.n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`attn_mask` (optional, bool, True = may attend) broadcasts to [B, heads, L, L]."""
+        length = tokens.shape[1]
+        if length > self.config.max_len:
+            raise ValueError(f"sequence length {length} exceeds the model's max_len={self.config.max_len}")
+        x = self.embed(tokens)
+        if self.position is not None:
+            x = x + self.position.weight[:length]
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        return self.head(self.norm(x))

@@ -1,0 +1,3 @@
+from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
+
+__all__ = ["MaskedDiffusionLoss"]

@@ -1,0 +1,72 @@
+"""Masked diffusion loss for time-agnostic MDMs (the objective of the EB-Sampler paper's small models)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+
+from mdmkit.config import Validated, require
+
+
+@dataclass
+class Corruption:
+    noisy: torch.Tensor  # [B, L] tokens with masked answer positions replaced by the mask id
+    masked: torch.Tensor  # [B, L] bool, True where a position was masked
+    t: torch.Tensor  # [B] masking rate of each sequence
+
+
+@dataclass
+class MaskedDiffusionLoss(Validated):
+    """Per sequence t ~ U(0,1); each answer position is masked with probability t; CE on masked positions.
+
+    `weighting="elbo"` weights a sequence's summed CE by 1/t and divides by its answer length (the
+    continuous-time ELBO); `"uniform"` is the plain mean CE over all masked tokens of the batch.
+    Prompt/given positions (answer_mask False) are never masked and never scored.
+    """
+
+    weighting: Literal["elbo", "uniform"] = "elbo"
+    t_min: float = 1e-3
+    stratified: bool = True
+
+    def validate(self) -> None:
+        require(0.0 < self.t_min < 1.0, f"t_min={self.t_min} must be in (0, 1)")
+
+    def corrupt(
+        self, tokens: torch.Tensor, answer_mask: torch.Tensor, mask_id: int, generator: torch.Generator | None
+    ) -> Corruption:
+        batch = tokens.shape[0]
+        u = torch.rand(batch if not self.stratified else 1, generator=generator, device=tokens.device)
+        if self.stratified:  # one uniform shifted over B strata: same marginal, lower variance
+            u = (u + torch.arange(batch, device=tokens.device) / batch) % 1.0
+        t = self.t_min + (1.0 - self.t_min) * u
+        draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+        masked = (draws < t[:, None]) & answer_mask
+        return Corruption(torch.where(masked, mask_id, tokens), masked, t)
+
+    def __call__(
+        self,
+        network: Callable[[torch.Tensor], torch.Tensor],
+        tokens: torch.Tensor,
+        answer_mask: torch.Tensor,
+        mask_id: int,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        c = self.corrupt(tokens, answer_mask, mask_id, generator)
+        logits = network(c.noisy)
+        ce = F.cross_entropy(logits.transpose(1, 2).float(), tokens, reduction="none") * c.masked
+        n_masked = c.masked.sum()
+        if self.weighting == "elbo":
+            per_sequence = ce.sum(1) / c.t / answer_mask.sum(1).clamp(min=1)
+            loss = per_sequence.mean()
+        else:
+            loss = ce.sum() / n_masked.clamp(min=1)
+        with torch.no_grad():
+            correct = (logits.argmax(-1) == tokens) & c.masked
+            metrics = {
+                "masked_ce": ce.sum() / n_masked.clamp(min=1),
+                "masked_acc": correct.sum() / n_masked.clamp(min=1),
+            }
+        return loss, metrics

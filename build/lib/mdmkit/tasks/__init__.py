@@ -1,0 +1,3 @@
+from mdmkit.tasks.base import PuzzleTask, Split
+
+__all__ = ["PuzzleTask", "Split"]

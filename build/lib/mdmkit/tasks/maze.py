@@ -1,0 +1,96 @@
+"""Maze navigation on DFS mazes (EB-Sampler paper §6.2.1, after Nolte et al. 2024).
+
+Sequence: the maze's n*n-1 edges in shuffled order and orientation (2 cell tokens each), [SEP], start,
+goal, [SEP], then the start->goal path padded with [PAD] to n*n cells. The path region is the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from mdmkit.config import require
+from mdmkit.errors import DataFormatError
+from mdmkit.tasks.base import Examples, PuzzleTask
+from mdmkit.tasks.maze_generator import Maze, canonical_key, generate_mazes, maze_path
+
+
+@dataclass
+class MazeTask(PuzzleTask):
+    """DFS mazes on an n x n grid; `min_path_len` drops trivially short start->goal paths."""
+
+    name = "maze"
+
+    grid_size: int = 5
+    min_path_len: int = 2
+
+    def validate(self) -> None:
+        super().validate()
+        require(2 <= self.grid_size <= 32, f"grid_size={self.grid_size} must lie in [2, 32]")
+        cells = self.grid_size**2
+        require(2 <= self.min_path_len <= cells, f"min_path_len={self.min_path_len} must lie in [2, {cells}]")
+
+    @property
+    def n_cells(self) -> int:
+        return self.grid_size**2
+
+    @property
+    def vocab(self) -> tuple[str, ...]:
+        return (*(f"c{i}" for i in range(self.n_cells)), "[SEP]", "[PAD]", "[MASK]")
+
+    @property
+    def answer_start(self) -> int:
+        return 2 * (self.n_cells - 1) + 4
+
+    @property
+    def seq_len(self) -> int:
+        return self.answer_start + self.n_cells
+
+    def settings(self) -> dict:
+        return {"grid_size": self.grid_size, "min_path_len": self.min_path_len}
+
+    def _examples(self, mazes: list[Maze]) -> Examples:
+        sep, pad = self.vocab.index("[SEP]"), self.vocab.index("[PAD]")
+        tokens = np.full((len(mazes), self.seq_len), pad, dtype=np.int64)
+        for row, maze in zip(tokens, mazes):
+            edges = np.asarray(maze.edges, dtype=np.int64).reshape(-1)
+            row[: len(edges)] = edges
+            row[len(edges) : self.answer_start] = (sep, maze.start, maze.goal, sep)
+            row[self.answer_start : self.answer_start + len(maze.path)] = maze.path
+        answer_mask = np.zeros_like(tokens, dtype=bool)
+        answer_mask[:, self.answer_start :] = True
+        keys = np.array([canonical_key(m) for m in mazes], dtype="S20")
+        return Examples(tokens, answer_mask, keys)
+
+    def generate(self, count: int, seed: int) -> Examples:
+        mazes = generate_mazes(count, self.grid_size, seed, self.min_path_len, progress=count >= 10_000)
+        return self._examples(mazes)
+
+    def read_file(self, path: Path) -> Examples:
+        """JSON lines: {"edges": [[a, b], ...], "start": s, "goal": g}, cells numbered row * n + col."""
+        mazes = []
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(tqdm(lines, desc="reading mazes", disable=len(lines) < 10_000), start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+                edges = tuple((int(a), int(b)) for a, b in record["edges"])
+                start, goal = int(record["start"]), int(record["goal"])
+                path_cells = maze_path(self.grid_size, edges, start, goal)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                raise DataFormatError(f"{where}: not a valid {self.grid_size}x{self.grid_size} maze: {error}") from None
+            mazes.append(Maze(self.grid_size, edges, start, goal, tuple(path_cells)))
+        if not mazes:
+            raise DataFormatError(f"{path}: no mazes found")
+        return self._examples(mazes)
+
+    def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
+        """Exact match on the path region: in a tree the start->goal path is unique."""
+        return ((predicted == target) | ~answer_mask).all(1)

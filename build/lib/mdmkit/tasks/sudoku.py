@@ -1,0 +1,95 @@
+"""Sudoku infilling (EB-Sampler paper §6.2.2): 89 tokens = 81 cells + 8 end-of-line tokens.
+
+The whole solved grid is the sequence; the blank cells are the answer positions the model infills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mdmkit.config import require
+from mdmkit.errors import DataFormatError
+from mdmkit.tasks.base import Examples, PuzzleTask, digest
+from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
+
+EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
+_CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
+
+
+def serialize(grids: np.ndarray) -> np.ndarray:
+    """[N, 81] digits 1..9 -> [N, 89] token ids with an EOL after each of the first 8 rows."""
+    tokens = np.full((grids.shape[0], 89), EOL, dtype=np.int64)
+    tokens[:, _CELL_POSITIONS] = grids.astype(np.int64) - 1
+    return tokens
+
+
+@dataclass
+class SudokuTask(PuzzleTask):
+    """9x9 puzzles with a unique solution and `n_givens` givens (an int, or an inclusive [lo, hi] range)."""
+
+    name = "sudoku"
+
+    n_givens: int | tuple[int, int] = 36
+
+    def validate(self) -> None:
+        super().validate()
+        lo, hi = (self.n_givens, self.n_givens) if isinstance(self.n_givens, int) else self.n_givens
+        require(17 <= lo <= hi <= 80, f"n_givens={self.n_givens} must lie in [17, 80] (17 is the minimum for uniqueness)")
+
+    @property
+    def vocab(self) -> tuple[str, ...]:
+        return (*"123456789", "\n", "[MASK]")
+
+    @property
+    def seq_len(self) -> int:
+        return 89
+
+    def settings(self) -> dict:
+        return {"n_givens": self.n_givens}
+
+    def _examples(self, puzzles: np.ndarray, solutions: np.ndarray) -> Examples:
+        answer_mask = np.zeros((len(puzzles), 89), dtype=bool)
+        answer_mask[:, _CELL_POSITIONS] = puzzles == 0
+        keys = np.array([digest(p.astype(np.int8).tobytes()) for p in puzzles], dtype="S20")
+        return Examples(serialize(solutions), answer_mask, keys)
+
+    def generate(self, count: int, seed: int) -> Examples:
+        puzzles, solutions = generate_puzzles(count, self.n_givens, seed, workers=self.workers, progress=True)
+        return self._examples(puzzles, solutions)
+
+    def read_file(self, path: Path) -> Examples:
+        """One puzzle per line: 81 characters, digits 1-9 for givens and 0 or '.' for blanks ('#' comments)."""
+        puzzles, solutions = [], []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            where = f"{path}:{number}"
+            if len(text) != 81 or any(ch not in "0123456789." for ch in text):
+                raise DataFormatError(f"{where}: expected 81 characters of 1-9 (givens) and 0 or '.' (blanks)")
+            puzzle = np.array([0 if ch == "." else int(ch) for ch in text], dtype=np.int8)
+            solved = find_solutions(puzzle, limit=2)
+            if len(solved) != 1:
+                raise DataFormatError(f"{where}: puzzle has {'no solution' if not solved else 'several solutions'}")
+            puzzles.append(puzzle)
+            solutions.append(solved[0])
+        if not puzzles:
+            raise DataFormatError(f"{path}: no puzzles found")
+        return self._examples(np.stack(puzzles), np.stack(solutions))
+
+    def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
+        """A prediction counts if its grid is a valid Sudoku and keeps every given."""
+        cells = torch.from_numpy(_CELL_POSITIONS).to(predicted.device)
+        grid = predicted[:, cells]
+        digits_ok = (grid < 9).all(1)
+        one_hot = torch.nn.functional.one_hot(grid.clamp(max=8), 9).view(-1, 9, 9, 9)  # [B, row, col, digit]
+        rows_ok = (one_hot.sum(2) == 1).all(-1).all(-1)
+        cols_ok = (one_hot.sum(1) == 1).all(-1).all(-1)
+        boxes = one_hot.view(-1, 3, 3, 3, 3, 9).sum((2, 4))
+        boxes_ok = (boxes == 1).all(-1).all(-1).all(-1)
+        givens_kept = ((predicted == target) | answer_mask).all(1)
+        return digits_ok & rows_ok & cols_ok & boxes_ok & givens_kept

@@ -1,0 +1,116 @@
+"""LightningModule that trains a masked diffusion network with a pluggable objective.
+
+The module is rebuilt from the resolved run config stored in its checkpoint, so evaluation needs the
+checkpoint file only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+
+from mdmkit.config import Validated, build, require
+from mdmkit.evaluation.runner import sample_split
+from mdmkit.models import MaskedTransformer
+from mdmkit.tasks.base import PuzzleTask, Split
+from mdmkit.training.ema import EMA
+
+
+@dataclass
+class OptimConfig(Validated):
+    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr` at the last step."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 500
+    min_lr_ratio: float = 0.1
+
+    def validate(self) -> None:
+        require(self.lr > 0, f"lr={self.lr} must be > 0")
+        require(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
+        require(all(0 <= b < 1 for b in self.betas), f"betas={self.betas} must lie in [0, 1)")
+        require(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps} must be >= 0")
+        require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        progress = min(1.0, (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_task(config: dict[str, Any]) -> PuzzleTask:
+    return build(config["task"], "task")
+
+
+def build_network(config: dict[str, Any], task: PuzzleTask) -> MaskedTransformer:
+    spec = build(config["model"], "model", vocab_size=task.vocab_size, max_len=task.seq_len)
+    return spec.build()
+
+
+class MDMModule(L.LightningModule):
+    """Network + objective + EMA; validation reports masked loss and a fixed sampler's accuracy."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters({"config": config})
+        self.config = config
+        self.task = build_task(config)
+        self.network = build_network(config, self.task)
+        self.objective = build(config["objective"], "objective")
+        self.optim: OptimConfig = build(config["optim"], "optim")
+        self.val_sampler = build(config["val_sampler"], "val_sampler")
+        ema_decay = config["ema_decay"]
+        require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
+        self.ema = EMA(self.network, ema_decay)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.network(tokens)
+
+    def _generator(self, salt: int) -> torch.Generator:
+        """Masking noise is a function of (seed, step, rank), so a resumed run draws the same noise."""
+        seed = (self.config["seed"] * 1_000_003 + salt) * max(1, self.trainer.world_size) + self.global_rank
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        tokens, answer_mask = batch
+        generator = self._generator(self.global_step)
+        loss, metrics = self.objective(self.network, tokens, answer_mask, self.task.mask_id, generator)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()})
+        return loss
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # here rather than in on_train_batch_end, which runs after the checkpoint callback has saved
+        self.ema.update(self.network, self.global_step)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        tokens, answer_mask = batch
+        with self.ema.swapped_in(self.network):
+            loss, metrics = self.objective(
+                self.network, tokens, answer_mask, self.task.mask_id, self._generator(-1 - batch_idx)
+            )
+            split = Split(tokens, answer_mask, keys=None)
+            result = sample_split(self.network, self.task, split, self.val_sampler, batch_size=len(tokens))
+        size = len(tokens)
+        self.log("val/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("val/masked_acc", metrics["masked_acc"], batch_size=size, sync_dist=True)
+        self.log("val/accuracy", result.accuracy, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("val/nfe", float(result.nfe.mean()), batch_size=size, sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        params = [p for p in self.network.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.optim.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else 100_000
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.lr_factor(step, total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,92 @@
+"""`train.py experiment=...`: train a masked diffusion model, then evaluate it on the test split."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from omegaconf import DictConfig
+
+from mdmkit.checkpoint import save_slim
+from mdmkit.config import build, require, to_container
+from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
+from mdmkit.evaluation.results import append_record
+from mdmkit.training.datamodule import PuzzleDataModule
+from mdmkit.training.module import MDMModule
+
+
+def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
+    loggers = []
+    for name, node in (cfg.get("logger") or {}).items():
+        if node is None:
+            continue
+        kwargs = {"save_dir": str(output_dir)}
+        loggers.append(build(node, f"logger.{name}", **kwargs))
+    return loggers
+
+
+def _finish_wandb() -> None:
+    """Close a wandb run even when training failed, so one broken job never breaks a multirun."""
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    except ImportError:
+        pass
+
+
+def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    config = to_container(cfg)
+    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
+        raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")
+    data = cfg.data
+    require(data.batch_size >= 1 and data.eval_batch_size >= 1, "data.batch_size and data.eval_batch_size must be >= 1")
+    require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    module = MDMModule(config)
+    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
+    checkpoints = ModelCheckpoint(
+        dirpath=output_dir / "checkpoints",
+        filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
+        auto_insert_metric_name=False,
+        save_last=True,
+        save_top_k=0 if cfg.checkpoint_every is None else -1,
+        every_n_train_steps=cfg.checkpoint_every,
+    )
+    callbacks = [checkpoints, LearningRateMonitor(logging_interval="step")]
+    try:
+        trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir), callbacks=callbacks,
+                        default_root_dir=str(output_dir))
+        print(f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name} "
+              f"| output: {output_dir}")
+        started = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        train_time = time.perf_counter() - started
+    except MisconfigurationException as error:
+        raise ConfigError(f"trainer: {error}") from None
+    finally:
+        _finish_wandb()
+    summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
+    if trainer.global_rank != 0:
+        return summary
+
+    save_slim(module, output_dir / "model.pt", extra={"train_summary": summary})
+    if cfg.evaluate_after_training and not trainer.fast_dev_run:
+        sampler = build(cfg.sampler, "sampler")
+        network = module.network.to(resolve_device(cfg.device))
+        with module.ema.swapped_in(network):
+            result = evaluate_test_split(network, module.task, sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed)
+        summary.update(result.summary())
+        append_record(cfg.results_file, {"kind": "train", "checkpoint": str(output_dir / "model.pt"),
+                                         "weights": "ema", "task": module.task.name,
+                                         "sampler": to_container(cfg.sampler), **summary, "config": config})
+        print(f"[{module.task.name}] trained {trainer.global_step} steps in {train_time / 60:.1f} min | "
+              f"{format_summary(result.summary())}")
+    return summary
