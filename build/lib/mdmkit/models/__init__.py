@@ -1,3 +1,0 @@
-from mdmkit.models.transformer import MaskedTransformer, TransformerConfig
-
-__all__ = ["MaskedTransformer", "TransformerConfig"]

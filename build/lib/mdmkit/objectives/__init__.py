@@ -1,3 +1,0 @@
-from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
-
-__all__ = ["MaskedDiffusionLoss"]

@@ -1,3 +1,0 @@
-from mdmkit.tasks.base import PuzzleTask, Split
-
-__all__ = ["PuzzleTask", "Split"]
