@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -11,6 +12,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mdmkit.errors import MdmkitError
+
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
 
 
 def _fail(error: MdmkitError) -> None:
