@@ -10,7 +10,7 @@ import torch
 from conftest import TINY, compose_config, run_cli
 
 from mdmkit.checkpoint import TrainedModel
-from mdmkit.errors import CheckpointError
+from mdmkit.errors import CheckpointError, ConfigError
 from mdmkit.training.train import run_training
 
 
@@ -80,6 +80,12 @@ def test_missing_and_incompatible_checkpoints_are_one_line_errors(tmp_path: Path
     assert "was trained on task 'sudoku' (vocab 11, length 89); task 'maze' needs vocab 19, length 50" in out.stderr
     out = run_cli("train.py", *TINY, f"ckpt_path={tmp_path}/missing.ckpt", cwd=tmp_path)
     assert out.returncode == 2 and "error: ckpt_path not found" in out.stderr
+
+
+def test_a_bad_evaluation_sampler_stops_training_before_it_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sampler: k=0 must be >= 1"):
+        train(tmp_path, "sampler.k=0")
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path) -> None:

@@ -29,9 +29,7 @@ def evaluate_test_split(
     batch_size: int,
     seed: int,
 ) -> EvalResult:
-    test = task.load_splits()["test"]
-    if limit is not None:
-        test = type(test)(test.tokens[:limit], test.answer_mask[:limit], test.keys[:limit])
+    test = task.load_splits()["test"].head(limit)
     return sample_split(network, task, test, sampler, batch_size=batch_size, seed=seed, progress=True)
 
 

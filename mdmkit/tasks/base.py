@@ -52,6 +52,10 @@ class Split:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    def head(self, n: int | None) -> Split:
+        """The first n examples (all of them for None)."""
+        return self if n is None else Split(self.tokens[:n], self.answer_mask[:n], self.keys[:n])
+
     @classmethod
     def from_examples(cls, examples: Examples) -> Split:
         return cls(

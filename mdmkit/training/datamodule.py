@@ -55,6 +55,5 @@ class PuzzleDataModule(L.LightningDataModule):
         return DataLoader(batches, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
-        val = self.splits["val"]
-        n = min(self.val_examples, len(val))
-        return DataLoader(TensorDataset(val.tokens[:n], val.answer_mask[:n]), batch_size=self.eval_batch_size)
+        val = self.splits["val"].head(self.val_examples)
+        return DataLoader(TensorDataset(val.tokens, val.answer_mask), batch_size=self.eval_batch_size)

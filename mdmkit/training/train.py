@@ -50,6 +50,7 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     module = MDMModule(config)
+    sampler = build(cfg.sampler, "sampler")  # built now: a bad value must not wait for the end of training
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
     checkpoints = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
@@ -78,7 +79,6 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
 
     save_slim(module, output_dir / "model.pt", extra={"train_summary": summary})
     if cfg.evaluate_after_training and not trainer.fast_dev_run:
-        sampler = build(cfg.sampler, "sampler")
         network = module.network.to(resolve_device(cfg.device))
         with module.ema.swapped_in(network):
             result = evaluate_test_split(network, module.task, sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed)
