@@ -25,6 +25,14 @@ def test_fast_dev_run_trains_one_step_and_writes_a_model(tmp_path: Path) -> None
     assert TrainedModel(tmp_path / "model.pt").network().num_parameters() > 0
 
 
+def test_default_loggers_write_wandb_offline_and_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline must come from the config itself
+    monkeypatch.setenv("WANDB_API_KEY", "")
+    train(tmp_path, "logger=default", "trainer.max_steps=2", "evaluate_after_training=false")
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    assert list((tmp_path / "csv").glob("version_*/metrics.csv"))
+
+
 def test_training_then_evaluation_records_accuracy_and_counted_nfe(tmp_path: Path) -> None:
     summary = train(tmp_path)
     assert summary["global_step"] == 4
