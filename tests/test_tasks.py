@@ -151,3 +151,19 @@ def test_maze_file_round_trip_and_malformed_lines(tmp_path: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(DataFormatError, match=message):
             maze(tmp_path, test_file=str(path)).load_splits()
+
+
+def test_maze_cells_answer_marks_exactly_the_path_cells(tmp_path: Path) -> None:
+    as_path, as_cells = maze(tmp_path), maze(tmp_path, answer="cells")
+    assert as_path.fingerprint() != as_cells.fingerprint()
+    paths, cells = as_path.load_splits()["test"], as_cells.load_splits()["test"]
+    on = as_cells.vocab.index("[ON]")
+    for path_row, cell_row in zip(paths.tokens, cells.tokens):
+        assert torch.equal(path_row[: as_path.answer_start], cell_row[: as_cells.answer_start])  # same maze
+        path = [int(c) for c in path_row[as_path.answer_start :] if c < as_path.n_cells]
+        marked = torch.nonzero(cell_row[as_cells.answer_start :] == on).flatten().tolist()
+        assert sorted(path) == marked
+    assert as_cells.score(cells.tokens, cells.tokens, cells.answer_mask).all()
+    wrong = cells.tokens.clone()
+    wrong[:, as_cells.answer_start] = on + as_cells.vocab.index("[OFF]") - wrong[:, as_cells.answer_start]  # flip cell 0
+    assert not as_cells.score(wrong, cells.tokens, cells.answer_mask).any()

@@ -1,13 +1,19 @@
 """Maze navigation on DFS mazes (EB-Sampler paper §6.2.1, after Nolte et al. 2024).
 
 Sequence: the maze's n*n-1 edges in shuffled order and orientation (2 cell tokens each), [SEP], start,
-goal, [SEP], then the start->goal path padded with [PAD] to n*n cells. The path region is the answer.
+goal, [SEP], then an answer region of n*n tokens, written in one of two ways (`answer`):
+
+- `path` (Nolte et al.): the start->goal cells in order, padded with [PAD];
+- `cells`: one token per cell, [ON] if the cell lies on the path, else [OFF]. In a tree the set of path cells
+  determines the path, so this is the same answer; it lets a model reason locally (a dead end is [OFF]) and
+  reveal cells in any order, which is what a parallel sampler can exploit.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +34,7 @@ class MazeTask(PuzzleTask):
 
     grid_size: int = 5
     min_path_len: int = 2
+    answer: Literal["path", "cells"] = "path"
 
     def validate(self) -> None:
         super().validate()
@@ -41,7 +48,8 @@ class MazeTask(PuzzleTask):
 
     @property
     def vocab(self) -> tuple[str, ...]:
-        return (*(f"c{i}" for i in range(self.n_cells)), "[SEP]", "[PAD]", "[MASK]")
+        labels = ("[PAD]",) if self.answer == "path" else ("[OFF]", "[ON]")
+        return (*(f"c{i}" for i in range(self.n_cells)), "[SEP]", *labels, "[MASK]")
 
     @property
     def answer_start(self) -> int:
@@ -52,16 +60,20 @@ class MazeTask(PuzzleTask):
         return self.answer_start + self.n_cells
 
     def settings(self) -> dict:
-        return {"grid_size": self.grid_size, "min_path_len": self.min_path_len}
+        return {"grid_size": self.grid_size, "min_path_len": self.min_path_len, "answer": self.answer}
 
     def _examples(self, mazes: list[Maze]) -> Examples:
-        sep, pad = self.vocab.index("[SEP]"), self.vocab.index("[PAD]")
-        tokens = np.full((len(mazes), self.seq_len), pad, dtype=np.int64)
+        sep = self.vocab.index("[SEP]")
+        blank = self.vocab.index("[PAD]" if self.answer == "path" else "[OFF]")
+        tokens = np.full((len(mazes), self.seq_len), blank, dtype=np.int64)
         for row, maze in zip(tokens, mazes):
             edges = np.asarray(maze.edges, dtype=np.int64).reshape(-1)
             row[: len(edges)] = edges
             row[len(edges) : self.answer_start] = (sep, maze.start, maze.goal, sep)
-            row[self.answer_start : self.answer_start + len(maze.path)] = maze.path
+            if self.answer == "path":
+                row[self.answer_start : self.answer_start + len(maze.path)] = maze.path
+            else:
+                row[self.answer_start + np.asarray(maze.path)] = self.vocab.index("[ON]")
         answer_mask = np.zeros_like(tokens, dtype=bool)
         answer_mask[:, self.answer_start :] = True
         keys = np.array([canonical_key(m) for m in mazes], dtype="S20")
@@ -92,5 +104,5 @@ class MazeTask(PuzzleTask):
         return self._examples(mazes)
 
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
-        """Exact match on the path region: in a tree the start->goal path is unique."""
+        """Exact match on the answer region: in a tree the start->goal path (and its cell set) is unique."""
         return ((predicted == target) | ~answer_mask).all(1)
