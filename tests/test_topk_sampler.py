@@ -38,7 +38,7 @@ def test_full_step_reveals_in_confidence_order_with_one_pass_per_token() -> None
     net = FixedDistribution(CONF)
     prompt = torch.full((1, L), MASK)
     counter = ForwardCounter(net, 1)
-    out = TopKSampler(k=1).sample(counter, prompt, MASK)
+    out = TopKSampler(k=1).sample(counter, prompt, MASK).tokens
     assert out.tolist() == [[i % 5 for i in range(L)]]  # argmax everywhere
     assert counter.nfe.tolist() == [L]
     revealed_order = [int((a != b).nonzero()[0, 1]) for a, b in zip(net.seen[1:], net.seen[:-1])]
@@ -58,7 +58,7 @@ def test_given_tokens_are_never_changed_and_finished_rows_stop_counting() -> Non
     net = FixedDistribution(CONF)
     prompt = torch.tensor([[MASK] * L, [0, 0, 0, 0, 0, 0, 0, MASK], [1] * L])
     counter = ForwardCounter(net, 3)
-    out = TopKSampler(k=1).sample(counter, prompt, MASK)
+    out = TopKSampler(k=1).sample(counter, prompt, MASK).tokens
     assert torch.equal(out[1, :7], prompt[1, :7]) and torch.equal(out[2], prompt[2])
     assert counter.nfe.tolist() == [L, 1, 0]
     assert [t.shape[0] for t in net.seen] == [2] + [1] * (L - 1)  # the short row left after one pass
@@ -68,7 +68,7 @@ def test_temperature_sampling_matches_the_distribution() -> None:
     net = FixedDistribution(CONF)
     prompt = torch.full((4000, L), MASK)
     prompt[:, 1:] = 0  # only position 0 is masked: a single draw from its distribution
-    out = TopKSampler(k=1, temperature=1.0).sample(ForwardCounter(net, 4000), prompt, MASK, torch.Generator().manual_seed(0))
+    out = TopKSampler(k=1, temperature=1.0).sample(ForwardCounter(net, 4000), prompt, MASK, torch.Generator().manual_seed(0)).tokens
     frequency = (out[:, 0] == 0).float().mean()
     assert abs(float(frequency) - CONF[0]) < 0.03
     assert (out[:, 0] != MASK).all()
@@ -82,10 +82,10 @@ def test_batched_equals_one_by_one_on_a_real_network() -> None:
         prompts[row, torch.randperm(L)[: row + 2]] = MASK
     sampler = TopKSampler(k=2)
     batched_counter = ForwardCounter(net, 6)
-    batched = sampler.sample(batched_counter, prompts, MASK)
+    batched = sampler.sample(batched_counter, prompts, MASK).tokens
     for row in range(6):
         single_counter = ForwardCounter(net, 1)
-        single = sampler.sample(single_counter, prompts[row : row + 1], MASK)
+        single = sampler.sample(single_counter, prompts[row : row + 1], MASK).tokens
         assert torch.equal(single[0], batched[row])
         assert single_counter.nfe.item() == batched_counter.nfe[row].item()
 

@@ -67,7 +67,7 @@ def sample_split(
         answer_mask = split.answer_mask[begin : begin + batch_size].to(device)
         counter = ForwardCounter(network, target.shape[0])
         prompt = target.masked_fill(answer_mask, task.mask_id)
-        predicted = sampler.sample(counter, prompt, task.mask_id, generator)
+        predicted = sampler.sample(counter, prompt, task.mask_id, generator).tokens
         correct.append(task.score(predicted, target, answer_mask).cpu())
         nfe.append(counter.nfe)
         predictions.append(predicted.cpu())

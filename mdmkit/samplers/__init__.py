@@ -1,4 +1,27 @@
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, TopKSampler
+from mdmkit.samplers.masked import (
+    DreamStepsSampler,
+    EBSampler,
+    FactorSampler,
+    MaskedSampler,
+    RevealAllSampler,
+    Sampled,
+    StepsSampler,
+    ThresholdSampler,
+    TopKSampler,
+)
+from mdmkit.samplers.stopping import StopCondition
 
-__all__ = ["ForwardCounter", "MaskedSampler", "TopKSampler"]
+__all__ = [
+    "DreamStepsSampler",
+    "EBSampler",
+    "FactorSampler",
+    "ForwardCounter",
+    "MaskedSampler",
+    "RevealAllSampler",
+    "Sampled",
+    "StepsSampler",
+    "StopCondition",
+    "ThresholdSampler",
+    "TopKSampler",
+]

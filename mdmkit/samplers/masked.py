@@ -1,70 +1,169 @@
-"""The batched masked-sampling loop: each step, predict every masked position, order them by an error
-proxy, and reveal a per-row number of the best ones. Samplers differ only in ordering, budget and choice.
+"""The batched masked-sampling loop: ordering x budget x choice.
+
+Each step the network predicts every position; the sampler draws a token for each eligible masked position
+(choice), sorts them by an error proxy (ordering), and reveals a per-row number of the best ones (budget).
+Rows reveal different counts in the same batch; a finished row leaves the batch and stops costing NFE.
+Semi-autoregressive decoding restricts eligibility to the current block of `block_length` answer positions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from functools import cached_property
+from typing import Any, Callable
 
 import torch
 
 from mdmkit.config import Validated, require
+from mdmkit.samplers.budget import (
+    Budget,
+    ConfidenceFactor,
+    ConfidenceThreshold,
+    DreamSchedule,
+    EntropyBound,
+    FixedCount,
+    Ranked,
+    RevealAll,
+    StepSchedule,
+)
+from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
+from mdmkit.samplers.stopping import StopCondition
+
+_NO_BLOCK = torch.iinfo(torch.long).max
 
 
-def choose_tokens(
-    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick a token per position (argmax at temperature 0, else a tempered sample) and its probability."""
-    if temperature == 0.0:
-        probs = logits.softmax(-1)
-        confidence, tokens = probs.max(-1)
-        return tokens, confidence
-    probs = (logits / temperature).softmax(-1)
-    flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator)
-    tokens = flat.view(probs.shape[:-1])
-    return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1)
+@dataclass
+class Sampled:
+    """A finished batch: the tokens and, per position, the row's step that revealed it (-1: given)."""
+
+    tokens: torch.Tensor  # [B, L]
+    reveal_step: torch.Tensor  # [B, L]
+    steps: torch.Tensor  # [B] steps each row took
+
+    def partition(self, row: int) -> list[list[int]]:
+        """Row `row`'s trajectory as an ordered partition: the positions revealed at each step."""
+        steps = self.reveal_step[row]
+        return [torch.nonzero(steps == s).flatten().tolist() for s in range(int(self.steps[row]))]
+
+
+class _LazyRanked(Ranked):
+    """Ranked view whose entropies are computed only if a budget rule reads them."""
+
+    def __init__(self, probs: torch.Tensor, order: torch.Tensor, **fields: Any) -> None:
+        self._probs, self._order = probs, order
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    @cached_property
+    def entropy(self) -> torch.Tensor:  # type: ignore[override]
+        return entropy(self._probs).gather(1, self._order)
+
+
+def answer_blocks(answer: torch.Tensor, block_length: int | None) -> torch.Tensor:
+    """Block index of every answer position (its rank among the row's answer positions // block_length)."""
+    if block_length is None:
+        return torch.where(answer, 0, _NO_BLOCK)
+    rank = answer.long().cumsum(1) - 1
+    return torch.where(answer, rank // block_length, _NO_BLOCK)
 
 
 @dataclass
 class MaskedSampler(Validated):
-    """Base loop. Subclasses set the budget: how many of the best-ordered masked positions to reveal."""
+    """The shared loop; subclasses supply the budget rule. Fields are the ordering and choice knobs."""
 
-    ordering: Literal["confidence"] = "confidence"
+    ordering: str | Callable[..., torch.Tensor] = "confidence"  # confidence | entropy | margin | random | a callable
     temperature: float = 0.0
+    top_p: float = 1.0
+    block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
+    stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
 
     def validate(self) -> None:
+        if isinstance(self.ordering, str):
+            require(self.ordering in ERROR_PROXIES,
+                    f"ordering='{self.ordering}' is not one of {', '.join(ERROR_PROXIES)}")
+        else:
+            require(callable(self.ordering), "ordering must be a name or a callable error proxy")
         require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
+        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
+        require(self.block_length is None or self.block_length >= 1,
+                f"block_length={self.block_length} must be >= 1 or null")
 
-    def reveal_counts(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
-        """Per-row number of positions to reveal, given scores sorted best first (masked ones only)."""
+    def budget(self) -> Budget:
         raise NotImplementedError
+
+    def error_proxy(self) -> Callable[..., torch.Tensor]:
+        return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
 
     @torch.no_grad()
     def sample(
-        self, network: ForwardCounter, tokens: torch.Tensor, mask_id: int, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """Fill every `mask_id` position of `tokens` [B, L]; the counter records each row's NFE."""
+        self,
+        network: ForwardCounter,
+        tokens: torch.Tensor,
+        mask_id: int,
+        generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        stop: StopCondition | None = None,
+    ) -> Sampled:
+        """Fill every `mask_id` position of `tokens` [B, L].
+
+        `attention_mask` [B, L] (True = a real token) hides padding from the network; `stop` ends rows at a
+        stop sequence (generate_until). The counter records each row's NFE and its NFE at the stop point.
+        """
         x = tokens.clone()
+        batch, length = x.shape
+        device = x.device
+        answer = x == mask_id
+        block_of = answer_blocks(answer, self.block_length)
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(batch, dtype=torch.long, device=device)
+        step_in_block = torch.zeros_like(steps)
+        block_size = torch.zeros_like(steps)
+        current_block = torch.full_like(steps, -1)
+        active = torch.ones(batch, dtype=torch.bool, device=device)
+        budget, proxy = self.budget(), self.error_proxy()
+        columns = torch.arange(length, device=device)
+        mask_index = torch.tensor([mask_id], device=device)
+
         while True:
             masked = x == mask_id
-            rows = masked.any(1).nonzero().squeeze(1)
+            rows = (masked.any(1) & active).nonzero().squeeze(1)
             if rows.numel() == 0:
-                return x
+                return Sampled(x, reveal_step, steps)
             state, row_masked = x[rows], masked[rows]
-            logits = network(state, rows).float()
-            never_mask = torch.tensor([mask_id], device=logits.device)
-            logits = logits.index_fill(-1, never_mask, float("-inf"))  # the mask token is never a prediction
-            choice, confidence = choose_tokens(logits, self.temperature, generator)
-            score = confidence.masked_fill(~row_masked, float("-inf"))
-            sorted_scores, order = score.sort(dim=1, descending=True)
-            n_masked = row_masked.sum(1)
-            counts = self.reveal_counts(sorted_scores, n_masked).clamp(min=1)
-            counts = torch.minimum(counts, n_masked)
-            in_budget = torch.arange(x.shape[1], device=x.device)[None, :] < counts[:, None]
-            reveal = torch.zeros_like(row_masked).scatter(1, order, in_budget)
+            block = torch.where(row_masked, block_of[rows], _NO_BLOCK).min(1).values
+            eligible = row_masked & (block_of[rows] == block[:, None])
+            entered = block != current_block[rows]
+            current_block[rows] = block
+            step_in_block[rows] = torch.where(entered, 0, step_in_block[rows])
+            block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
+
+            kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
+            logits = network(state, rows, **kwargs).float()
+            logits = logits.index_fill(-1, mask_index, float("-inf"))  # the mask token is never a prediction
+            probs = predictive_distribution(logits, self.temperature, self.top_p)
+            choice, chosen_prob = choose_tokens(probs, self.temperature, generator)
+            error = proxy(probs, chosen_prob, generator).masked_fill(~eligible, float("inf"))
+            order = error.argsort(dim=1, stable=True)
+            n_eligible = eligible.sum(1)
+            ranked = _LazyRanked(
+                probs, order,
+                confidence=chosen_prob.gather(1, order).masked_fill(columns >= n_eligible[:, None], 0.0),
+                n_eligible=n_eligible, step_in_block=step_in_block[rows], block_size=block_size[rows],
+            )
+            counts = torch.minimum(budget(ranked).clamp(min=1), n_eligible)
+            reveal = torch.zeros_like(eligible).scatter(1, order, columns[None, :] < counts[:, None])
             x[rows] = torch.where(reveal, choice, state)
+            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
+            steps[rows] += 1
+            step_in_block[rows] += 1
+            if stop is not None:
+                done = rows[stop.met(x[rows], answer[rows], mask_id)]
+                network.mark_stopped(done)
+                if self.stop_early:
+                    active[done] = False
 
 
 @dataclass
@@ -77,5 +176,85 @@ class TopKSampler(MaskedSampler):
         super().validate()
         require(self.k >= 1, f"k={self.k} must be >= 1")
 
-    def reveal_counts(self, sorted_scores: torch.Tensor, n_masked: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(n_masked, self.k)
+    def budget(self) -> Budget:
+        return FixedCount(self.k)
+
+
+@dataclass
+class StepsSampler(MaskedSampler):
+    """A fixed number of steps per block, positions spread evenly over them (LLaDA's schedule)."""
+
+    steps: int = 64
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
+
+    def budget(self) -> Budget:
+        return StepSchedule(self.steps)
+
+
+@dataclass
+class DreamStepsSampler(MaskedSampler):
+    """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule)."""
+
+    steps: int = 64
+    eps: float = 1e-3
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
+        require(0.0 < self.eps < 1.0, f"eps={self.eps} must lie in (0, 1)")
+
+    def budget(self) -> Budget:
+        return DreamSchedule(self.steps, self.eps)
+
+
+@dataclass
+class EBSampler(MaskedSampler):
+    """EB-Sampler: reveal the largest ranked prefix whose entropy sum minus its max entropy is <= gamma."""
+
+    gamma: float = 0.1
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.gamma >= 0.0, f"gamma={self.gamma} must be >= 0")
+
+    def budget(self) -> Budget:
+        return EntropyBound(self.gamma)
+
+
+@dataclass
+class ThresholdSampler(MaskedSampler):
+    """Fast-dLLM threshold: every position with confidence >= tau, at least the best one."""
+
+    tau: float = 0.9
+
+    def validate(self) -> None:
+        super().validate()
+        require(0.0 < self.tau <= 1.0, f"tau={self.tau} must lie in (0, 1]")
+
+    def budget(self) -> Budget:
+        return ConfidenceThreshold(self.tau)
+
+
+@dataclass
+class FactorSampler(MaskedSampler):
+    """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < factor."""
+
+    factor: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.factor > 0.0, f"factor={self.factor} must be > 0")
+
+    def budget(self) -> Budget:
+        return ConfidenceFactor(self.factor)
+
+
+@dataclass
+class RevealAllSampler(MaskedSampler):
+    """Every eligible position in one step (one forward per block)."""
+
+    def budget(self) -> Budget:
+        return RevealAll()

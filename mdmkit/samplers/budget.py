@@ -1,0 +1,123 @@
+"""Budget rules: how many of this step's sorted eligible positions to reveal, per row.
+
+A rule sees a `Ranked` view (eligible positions sorted best first by the error proxy) and returns a count
+per row; the loop then reveals at least one and at most all eligible positions. Top-k, step schedules,
+EB-Sampler, Fast-dLLM threshold and factor differ only here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Ranked:
+    """One step's eligible positions, sorted best first; columns past `n_eligible` are padding."""
+
+    entropy: torch.Tensor  # [R, L] nats, in ranked order (padding: 0)
+    confidence: torch.Tensor  # [R, L] probability of the chosen token, in ranked order (padding: 0)
+    n_eligible: torch.Tensor  # [R]
+    step_in_block: torch.Tensor  # [R] steps already taken in the current block
+    block_size: torch.Tensor  # [R] eligible positions when the current block started
+
+    @property
+    def valid(self) -> torch.Tensor:
+        columns = torch.arange(self.confidence.shape[1], device=self.confidence.device)
+        return columns[None, :] < self.n_eligible[:, None]
+
+
+class Budget(Protocol):
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        """Number of leading ranked positions to reveal, per row (clamped to [1, n_eligible] by the loop)."""
+
+
+def _prefix_length(holds: torch.Tensor) -> torch.Tensor:
+    """Length of the leading run of True per row."""
+    return holds.long().cumprod(1).sum(1)
+
+
+@dataclass(frozen=True)
+class FixedCount:
+    """Top-k: k positions per step."""
+
+    k: int
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        return torch.full_like(ranked.n_eligible, self.k)
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """A fixed number of steps per block, the block's positions spread evenly (LLaDA's schedule).
+
+    With n positions and s steps, step i reveals n // s, plus one for the first n % s steps.
+    """
+
+    steps: int
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        base, extra = ranked.block_size // self.steps, ranked.block_size % self.steps
+        count = base + (ranked.step_in_block < extra).long()
+        last = ranked.step_in_block >= self.steps - 1  # the last step (or past it) finishes the block
+        return torch.where(last, ranked.n_eligible, count)
+
+
+@dataclass(frozen=True)
+class DreamSchedule:
+    """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1)."""
+
+    steps: int
+    eps: float = 1e-3
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        times = torch.linspace(1.0, self.eps, self.steps + 1, dtype=torch.float64)
+        step = ranked.step_in_block.clamp(max=self.steps - 1).cpu()
+        fraction = (1.0 - times[step + 1] / times[step]).to(ranked.n_eligible.device)
+        count = (ranked.n_eligible.double() * fraction).long()
+        return torch.where(ranked.step_in_block >= self.steps - 1, ranked.n_eligible, count)
+
+
+@dataclass(frozen=True)
+class EntropyBound:
+    """EB-Sampler (Ben-Hamu et al. 2025, eq. 2): the largest ranked prefix S with
+    sum_{i in S} H_i - max_{i in S} H_i <= gamma. gamma = 0 reveals one token (unless ties at zero entropy)."""
+
+    gamma: float
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        entropy = ranked.entropy.masked_fill(~ranked.valid, 0.0)
+        excess = entropy.cumsum(1) - entropy.cummax(1).values  # non-decreasing along the prefix
+        return ((excess <= self.gamma) & ranked.valid).sum(1)
+
+
+@dataclass(frozen=True)
+class ConfidenceThreshold:
+    """Fast-dLLM threshold: every ranked position whose confidence is >= tau (a prefix under confidence order)."""
+
+    tau: float
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        return _prefix_length((ranked.confidence >= self.tau) & ranked.valid)
+
+
+@dataclass(frozen=True)
+class ConfidenceFactor:
+    """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < f, c_(n) the n-th ranked confidence."""
+
+    factor: float
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        n = torch.arange(1, ranked.confidence.shape[1] + 1, device=ranked.confidence.device)
+        holds = (n[None, :] + 1) * (1.0 - ranked.confidence) < self.factor
+        return _prefix_length(holds & ranked.valid)
+
+
+@dataclass(frozen=True)
+class RevealAll:
+    """Every eligible position at once (one-shot decoding of a block)."""
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        return ranked.n_eligible.clone()

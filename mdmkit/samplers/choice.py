@@ -1,0 +1,34 @@
+"""Choice: what token to put at a position, given the network's logits there."""
+
+from __future__ import annotations
+
+import torch
+
+
+def predictive_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The distribution tokens are drawn from: softmax(logits / T), restricted to the top-p nucleus.
+
+    At temperature 0 it is the untempered softmax (the argmax is taken from it).
+    """
+    if temperature == 0.0:
+        return logits.softmax(-1)
+    probs = (logits / temperature).softmax(-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (always at least the best token)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def choose_tokens(
+    probs: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Argmax at temperature 0, else a draw from `probs`; returns tokens and their probabilities."""
+    if temperature == 0.0:
+        confidence, tokens = probs.max(-1)
+        return tokens, confidence
+    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+    tokens = flat.view(probs.shape[:-1])
+    return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1)

@@ -1,0 +1,41 @@
+"""generate_until: a row is finished once a stop sequence is revealed and everything before it is too.
+
+This is the EB-Sampler paper's criterion (§6.1.1): the text up to the stop phrase can no longer change, so
+sampling the rest would only cost forward passes whose output is cut away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StopCondition:
+    """Stop sequences as token ids (a single stop token is a sequence of length one)."""
+
+    sequences: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, sequences: Sequence[Sequence[int] | int]) -> StopCondition:
+        seqs = tuple((s,) if isinstance(s, int) else tuple(int(t) for t in s) for s in sequences)
+        if not seqs or any(len(s) == 0 for s in seqs):
+            raise ValueError("stop sequences must be non-empty")
+        return cls(seqs)
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+        """Bool [R]: a stop sequence starts inside the answer region with every answer position before it revealed."""
+        masked = tokens == mask_id
+        masked_before = masked.long().cumsum(1) - masked.long()  # masked answer positions strictly before j
+        settled = answer & (masked_before == 0)
+        done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        for seq in self.sequences:
+            width = len(seq)
+            if width > tokens.shape[1]:
+                continue
+            target = torch.tensor(seq, device=tokens.device)
+            match = (tokens.unfold(1, width, 1) == target).all(-1)
+            done |= (match & settled[:, : match.shape[1]]).any(1)
+        return done
