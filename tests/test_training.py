@@ -11,6 +11,7 @@ from conftest import TINY, compose_config, run_cli
 
 from mdmkit.checkpoint import TrainedModel
 from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.training.train import run_training
 
 
@@ -73,6 +74,20 @@ def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> Non
     assert slim["accuracy"] == full["accuracy"] and slim["nfe"] == full["nfe"]  # both hold the EMA weights
     assert slim["sampler"]["k"] == 4 and slim["train_config"]["model"]["d_model"] == 32
     assert slim["nfe"]["histogram"] == {"12": 16}
+
+
+@pytest.mark.parametrize("sampler", ["eb", "threshold", "factor", "steps"])
+def test_every_sampler_runs_from_evaluate_with_its_oracle_floor(tmp_path: Path, sampler: str) -> None:
+    train(tmp_path, "trainer.fast_dev_run=true")
+    results = tmp_path / "eval.jsonl"
+    cfg = compose_config("evaluate", [f"ckpt={tmp_path}/model.pt", f"sampler={sampler}", "limit=8", "oracle=true",
+                                      f"results_file={results}"])
+    run_evaluation(cfg)
+    measured, floor = (json.loads(line) for line in results.read_text().splitlines())
+    assert measured["kind"] == "evaluate" and measured["n"] == 8
+    assert floor["kind"] == "oracle" and floor["sampler"]["reference"]["_target_"] == cfg.sampler._target_
+    assert floor["accuracy"] == measured["accuracy"]  # the floor reproduces the same outputs
+    assert 1 <= floor["nfe_mean"] <= measured["nfe_mean"]
 
 
 def test_missing_and_incompatible_checkpoints_are_one_line_errors(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from torch import nn
 from tqdm import tqdm
 
 from mdmkit.samplers import ForwardCounter, MaskedSampler
+from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.tasks.base import PuzzleTask, Split
 
 
@@ -21,28 +22,40 @@ class EvalResult:
     nfe: np.ndarray  # int [N], forward passes each sample took part in
     wall_time_s: float
     predictions: torch.Tensor = field(repr=False)
+    extra_cost: dict[str, np.ndarray] = field(default_factory=dict)  # fractional passes per kind, per sample
+    oracle_nfe: np.ndarray | None = None  # the oracle floor of this sampler's trajectories (if asked for)
 
     @property
     def accuracy(self) -> float:
         return float(self.correct.mean())
 
     def summary(self) -> dict[str, Any]:
-        nfe = self.nfe.astype(float)
-        counts = np.bincount(self.nfe)
-        return {
+        summary = {
             "n": int(len(self.correct)),
             "accuracy": self.accuracy,
-            "nfe_mean": float(nfe.mean()),
-            "nfe": {
-                "std": float(nfe.std()),
-                "min": int(self.nfe.min()),
-                "p50": float(np.percentile(nfe, 50)),
-                "p90": float(np.percentile(nfe, 90)),
-                "max": int(self.nfe.max()),
-                "histogram": {int(v): int(c) for v, c in enumerate(counts) if c},
-            },
+            "nfe_mean": float(self.nfe.mean()),
+            "nfe": describe(self.nfe),
             "wall_time_s": self.wall_time_s,
+            # full-forward units: NFE plus the fractional passes (planner, indicator, ...), also given per kind
+            "cost_mean": float(self.nfe.mean() + sum(c.mean() for c in self.extra_cost.values())),
+            "extra_cost_mean": {kind: float(c.mean()) for kind, c in self.extra_cost.items()},
         }
+        if self.oracle_nfe is not None:
+            summary.update(oracle_nfe_mean=float(self.oracle_nfe.mean()), oracle_nfe=describe(self.oracle_nfe))
+        return summary
+
+
+def describe(counts: np.ndarray) -> dict[str, Any]:
+    """Spread of per-sample forward counts: moments, percentiles and the full histogram."""
+    values = counts.astype(float)
+    return {
+        "std": float(values.std()),
+        "min": int(counts.min()),
+        "p50": float(np.percentile(values, 50)),
+        "p90": float(np.percentile(values, 90)),
+        "max": int(counts.max()),
+        "histogram": {int(v): int(c) for v, c in enumerate(np.bincount(counts)) if c},
+    }
 
 
 @torch.no_grad()
@@ -54,25 +67,44 @@ def sample_split(
     batch_size: int = 256,
     seed: int = 0,
     progress: bool = False,
+    oracle: bool = False,
 ) -> EvalResult:
-    """Mask every answer position, let `sampler` fill them, and score the completions."""
+    """Mask every answer position, let `sampler` fill them, and score the completions.
+
+    With `oracle`, also compute each trajectory's oracle floor (its passes are not part of the timing).
+    """
     device = next(network.parameters()).device
     was_training = network.training
     network.eval()
     generator = torch.Generator(device=device).manual_seed(seed)
-    correct, nfe, predictions = [], [], []
+    correct, nfe, predictions, extra, floors = [], [], [], [], []
+    oracle_time = 0.0
     start = time.perf_counter()
     for begin in tqdm(range(0, len(split), batch_size), desc="sampling", disable=not progress, leave=False):
         target = split.tokens[begin : begin + batch_size].to(device)
         answer_mask = split.answer_mask[begin : begin + batch_size].to(device)
         counter = ForwardCounter(network, target.shape[0])
         prompt = target.masked_fill(answer_mask, task.mask_id)
-        predicted = sampler.sample(counter, prompt, task.mask_id, generator).tokens
+        sampled = sampler.sample(counter, prompt, task.mask_id, generator)
+        predicted = sampled.tokens
+        if oracle:
+            oracle_start = time.perf_counter()
+            floors.append(oracle_floor(network, prompt, sampled, task.mask_id).cpu())
+            oracle_time += time.perf_counter() - oracle_start
         correct.append(task.score(predicted, target, answer_mask).cpu())
         nfe.append(counter.nfe)
+        extra.append(counter.extra)
         predictions.append(predicted.cpu())
     if device.type == "cuda":
         torch.cuda.synchronize()
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - start - oracle_time
     network.train(was_training)
-    return EvalResult(torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, torch.cat(predictions))
+    kinds = {kind for batch in extra for kind in batch}
+    extra_cost = {
+        kind: torch.cat([batch.get(kind, torch.zeros(len(n), dtype=torch.float64)) for batch, n in zip(extra, nfe)]).numpy()
+        for kind in sorted(kinds)
+    }
+    return EvalResult(
+        torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, torch.cat(predictions), extra_cost,
+        torch.cat(floors).numpy() if oracle else None,
+    )

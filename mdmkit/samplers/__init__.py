@@ -10,6 +10,8 @@ from mdmkit.samplers.masked import (
     ThresholdSampler,
     TopKSampler,
 )
+from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.stopping import StopCondition
 
 __all__ = [
@@ -18,10 +20,12 @@ __all__ = [
     "FactorSampler",
     "ForwardCounter",
     "MaskedSampler",
+    "P2Sampler",
     "RevealAllSampler",
     "Sampled",
     "StepsSampler",
     "StopCondition",
     "ThresholdSampler",
     "TopKSampler",
+    "oracle_floor",
 ]

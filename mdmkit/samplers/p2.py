@@ -1,0 +1,239 @@
+"""P2 path planning: each step may reveal masked positions *and* re-mask revealed ones.
+
+Every step the denoiser proposes a clean token x0 for every position. All non-fixed positions are ranked by one
+score (the log-probability of their proposal; for positions already revealed, an external planner's if one is
+set) and the lowest-scoring ones are masked, so that floor(n * (1 - kappa(t))) of the n non-fixed positions stay
+masked. Newly revealed positions take x0; revealed positions that survive keep their current token.
+
+The stochasticity strength eta scales the (non-positive) scores of revealed positions: eta = 0 never re-masks
+(greedy ancestral decoding), eta = 1 ranks masked and revealed positions alike (RDM), eta > 1 re-masks more.
+Source: Peng et al., "Path Planning for Masked Diffusion Model Sampling", Algorithm 1 and Appendix E.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from mdmkit.config import Validated, require
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.masked import Sampled
+from mdmkit.samplers.stopping import StopCondition
+
+# kappa(t): the fraction of non-fixed positions revealed after the step at time t in (0, 1]; each is
+# non-decreasing with kappa(1) = 1, so the masked count never grows and the last step reveals everything.
+KAPPAS: dict[str, Callable[[float], float]] = {
+    "linear": lambda t: t,
+    "cosine": lambda t: 1.0 - math.cos(math.pi * t / 2),  # few reveals early, many late
+    "sqrt": math.sqrt,  # many reveals early, few late
+}
+SCORES = ("confidence", "random")
+
+# floor(n * (1 - kappa)) is taken with this slack so that 10 * (1 - 0.3) = 6.999... still counts as 7.
+_FLOOR_SLACK = 1e-9
+
+
+def draw_proposal(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 for every position and log p(x0) under the (tempered) softmax.
+
+    Temperature 0 is the argmax; otherwise a Gumbel-max draw whose noise comes from `generator` only,
+    so a seed fixes the whole run.
+    """
+    if temperature == 0.0:
+        logp, tokens = logits.log_softmax(-1).max(-1)
+        return tokens, logp
+    logp_all = (logits / temperature).log_softmax(-1)
+    uniform = torch.rand(logp_all.shape, generator=generator, device=logp_all.device, dtype=logp_all.dtype)
+    tokens = (logp_all - (-uniform.log()).log()).argmax(-1)
+    return tokens, logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+
+
+def lowest(score: torch.Tensor, count: torch.Tensor, ties_first: torch.Tensor) -> torch.Tensor:
+    """Bool [R, L]: the `count[r]` lowest scores of each row.
+
+    Equal scores go to `ties_first` positions first, then to the lower index: the pick is deterministic and
+    a row's pick never depends on the other rows of its batch.
+    """
+    prior = torch.argsort((~ties_first).long(), dim=1, stable=True)
+    order = prior.gather(1, score.gather(1, prior).argsort(dim=1, stable=True))
+    columns = torch.arange(score.shape[1], device=score.device)
+    return torch.zeros_like(ties_first).scatter(1, order, columns[None, :] < count[:, None])
+
+
+def _without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Float64 logits with the mask token ruled out (it is never a prediction)."""
+    return logits.double().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+
+
+def _parameters(network: Any) -> int:
+    return sum(p.numel() for p in network.parameters()) if isinstance(network, nn.Module) else 0
+
+
+@dataclass
+class _Run:
+    """What stays fixed over one `sample` call, for the rows that have anything to fill."""
+
+    counter: ForwardCounter
+    rows: torch.Tensor  # [R] batch rows being sampled
+    fixed: torch.Tensor  # [R, L] given positions: never changed, never masked
+    free: torch.Tensor  # [R] number of non-fixed positions
+    mask_id: int
+    kwargs: dict[str, Any]  # forwarded to the denoiser and the planner (the attention mask)
+    generator: torch.Generator | None
+    planner: Callable[..., torch.Tensor] | None
+    planner_share: float
+
+
+@dataclass
+class P2Sampler(Validated):
+    """P2 path-planning sampler: a fixed number of steps, each one denoiser forward per row, with re-masking.
+
+    `planner` is a checkpoint (loaded lazily) whose log-probabilities score the positions already revealed
+    (BERT-planning); `set_planner` installs a network directly. Its passes are charged at `planner_cost`
+    of a denoiser forward (default: the ratio of parameter counts, or 1 when that is unknown).
+    """
+
+    steps: int = 64
+    eta: float = 1.0
+    kappa: str = "linear"  # linear | cosine | sqrt
+    score: str = "confidence"  # confidence | random
+    temperature: float = 0.0
+    planner: str | None = None
+    planner_cost: float | None = None
+
+    _planner_network = None  # a class attribute, not a config field: set by set_planner or on first use
+
+    def validate(self) -> None:
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
+        require(self.eta >= 0.0, f"eta={self.eta} must be >= 0")
+        require(self.kappa in KAPPAS, f"kappa='{self.kappa}' is not one of {', '.join(KAPPAS)}")
+        require(self.score in SCORES, f"score='{self.score}' is not one of {', '.join(SCORES)}")
+        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
+        require(self.planner_cost is None or self.planner_cost >= 0.0,
+                f"planner_cost={self.planner_cost} must be >= 0 or null")
+        require(self.planner is None or self.score == "confidence",
+                "a planner only re-scores confidences: it needs score='confidence'")
+
+    def set_planner(self, network: Callable[..., torch.Tensor] | None) -> P2Sampler:
+        """Use `network` (tokens [R, L] -> logits [R, L, V]) as the planner instead of a checkpoint."""
+        require(network is None or self.score == "confidence",
+                "a planner only re-scores confidences: it needs score='confidence'")
+        self._planner_network = network
+        return self
+
+    def planner_network(self, device: torch.device) -> Callable[..., torch.Tensor] | None:
+        """The planner on `device`, loading the checkpoint the first time it is needed."""
+        if self._planner_network is None and self.planner is not None:
+            from mdmkit.checkpoint import TrainedModel  # heavy import, only for runs that use a planner
+
+            self._planner_network = TrainedModel(self.planner).network()
+        if isinstance(self._planner_network, nn.Module):
+            self._planner_network.to(device)
+        return self._planner_network
+
+    def planner_share(self, planner: Any, denoiser: Any) -> float:
+        """Cost of one planner pass in denoiser forwards."""
+        if self.planner_cost is not None:
+            return self.planner_cost
+        own = _parameters(denoiser)
+        return _parameters(planner) / own if own and isinstance(planner, nn.Module) else 1.0
+
+    def masked_count(self, free: torch.Tensor, step: int) -> torch.Tensor:
+        """How many non-fixed positions stay masked after 0-based `step`; none after the last one."""
+        if step + 1 >= self.steps:
+            return torch.zeros_like(free)
+        unrevealed = 1.0 - KAPPAS[self.kappa]((step + 1) / self.steps)
+        return torch.floor(free.double() * unrevealed + _FLOOR_SLACK).long().clamp(0)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        network: ForwardCounter,
+        tokens: torch.Tensor,
+        mask_id: int,
+        generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        stop: StopCondition | None = None,
+    ) -> Sampled:
+        """Fill every `mask_id` position of `tokens` [B, L] in exactly `steps` forwards per row.
+
+        Rows with nothing to fill are never forwarded. `stop` is refused: a revealed stop sequence can still
+        be re-masked, so there is no point after which a P2 row is settled.
+        """
+        if stop is not None:
+            raise ValueError("P2Sampler does not support stop conditions: revealed tokens can be re-masked")
+        x = tokens.clone()
+        fixed = x != mask_id
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        rows = (~fixed).any(1).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return Sampled(x, reveal_step, steps)
+        planner = self.planner_network(x.device)
+        run = _Run(
+            counter=network, rows=rows, fixed=fixed[rows], free=(~fixed[rows]).sum(1), mask_id=mask_id,
+            kwargs={} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]},
+            generator=generator, planner=planner,
+            planner_share=0.0 if planner is None else self.planner_share(planner, network.network),
+        )
+        state, revealed_at = x[rows], reveal_step[rows]
+        for step in range(self.steps):
+            state, revealed_at = self._step(run, state, revealed_at, step)
+        x[rows], reveal_step[rows], steps[rows] = state, revealed_at, self.steps
+        return Sampled(x, reveal_step, steps)
+
+    def _step(
+        self, run: _Run, state: torch.Tensor, revealed_at: torch.Tensor, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One denoiser forward: propose x0, score, keep the best positions, mask the rest."""
+        masked = state == run.mask_id
+        revealed = ~masked & ~run.fixed
+        logits = _without_mask(run.counter(state, run.rows, **run.kwargs), run.mask_id)
+        x0, logp = draw_proposal(logits, self.temperature, run.generator)
+        score = self._scores(run, state, x0, logp, revealed, logits.shape[-1])
+        remask = lowest(score, self.masked_count(run.free, step), ties_first=masked) & ~run.fixed
+        state = torch.where(remask, run.mask_id, torch.where(masked, x0, state))
+        revealed_at = torch.where(masked & ~remask, step, revealed_at)
+        return state, revealed_at
+
+    def _scores(
+        self, run: _Run, state: torch.Tensor, x0: torch.Tensor, logp: torch.Tensor, revealed: torch.Tensor, vocab: int
+    ) -> torch.Tensor:
+        """Log-scores (<= 0; lower is masked first): fixed positions +inf, revealed ones scaled by eta."""
+        if self.score == "random":
+            score = torch.rand(logp.shape, generator=run.generator, device=logp.device, dtype=logp.dtype).log()
+        else:
+            score = self._planned(run, state, x0, logp, revealed, vocab)
+        scaled = score * self.eta if self.eta > 0 else torch.zeros_like(score)  # eta = 0: 0 * -inf is no score
+        return torch.where(revealed, scaled, score).masked_fill(run.fixed, float("inf"))
+
+    def _planned(
+        self, run: _Run, state: torch.Tensor, x0: torch.Tensor, logp: torch.Tensor, revealed: torch.Tensor, vocab: int
+    ) -> torch.Tensor:
+        """`logp`, with the planner's log p(x0) at revealed positions.
+
+        The planner reads the proposal x0 with the given tokens restored, and runs (and is charged) only
+        for rows that have a revealed position to judge.
+        """
+        judged = revealed.any(1)
+        if run.planner is None or not judged.any():
+            return logp
+        proposal = torch.where(run.fixed, state, x0)[judged]
+        kwargs = {name: value[judged] for name, value in run.kwargs.items()}
+        planner_logits = _without_mask(run.planner(proposal, **kwargs), run.mask_id)
+        if planner_logits.shape != (*proposal.shape, vocab):
+            raise ValueError(f"planner logits {tuple(planner_logits.shape)} do not match the denoiser's vocabulary "
+                             f"({vocab}) and the sequences {tuple(proposal.shape)}")
+        run.counter.charge(run.rows[judged], run.planner_share, "planner")
+        planned = planner_logits.log_softmax(-1).gather(-1, x0[judged][..., None]).squeeze(-1)
+        logp = logp.clone()
+        logp[judged] = torch.where(revealed[judged], planned, logp[judged])
+        return logp
