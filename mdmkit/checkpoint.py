@@ -5,6 +5,7 @@ Both carry the resolved run config, so a checkpoint alone rebuilds its network a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ class TrainedModel:
         else:
             raise CheckpointError(f"{self.path}: not an mdmkit checkpoint (no run config inside)")
         self.weights = weights
-        self.task = build_task(self.config)
+        # the data cache is a property of this machine, not of the model: never reuse the trainer's path
+        task = {**self.config["task"], "cache_dir": os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")}
+        self.task = build_task({**self.config, "task": task})
 
     def network(self, task: PuzzleTask | None = None) -> MaskedTransformer:
         """The EMA network; `task` (if given) must share the trained task's vocabulary and length."""
