@@ -76,7 +76,7 @@ def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> Non
     assert slim["nfe"]["histogram"] == {"12": 16}
 
 
-@pytest.mark.parametrize("sampler", ["eb", "threshold", "factor", "steps"])
+@pytest.mark.parametrize("sampler", ["eb", "threshold", "factor", "steps", "p2"])
 def test_every_sampler_runs_from_evaluate_with_its_oracle_floor(tmp_path: Path, sampler: str) -> None:
     train(tmp_path, "trainer.fast_dev_run=true")
     results = tmp_path / "eval.jsonl"
