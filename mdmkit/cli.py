@@ -38,6 +38,6 @@ def evaluate(cfg: DictConfig) -> None:
     from mdmkit.evaluation.evaluate import run_evaluation
 
     try:
-        run_evaluation(cfg)
+        run_evaluation(cfg, Path(HydraConfig.get().runtime.output_dir))
     except MdmkitError as error:
         _fail(error)

@@ -1,16 +1,31 @@
-"""`evaluate.py ckpt=... [task=...] sampler=...`: sample the test split and record accuracy and NFE."""
+"""`evaluate.py ckpt=... [task=...] sampler=...|sweep=...`: sample the test split, record accuracy and NFE.
+
+One sampler per run (Hydra multirun sweeps over them), or a whole grid (`sweep=...`) on one loaded model.
+Rows whose key is already in the results file are skipped, so a killed sweep resumes where it stopped.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
+from tqdm import tqdm
 
 from mdmkit.checkpoint import TrainedModel
 from mdmkit.config import build, require, to_container
-from mdmkit.evaluation.results import append_record
+from mdmkit.evaluation.results import (
+    append_record,
+    file_fingerprint,
+    provenance,
+    read_records,
+    row_key,
+)
+from mdmkit.evaluation.pareto import derive_family, plot_fronts
 from mdmkit.evaluation.runner import EvalResult, sample_split
+from mdmkit.evaluation.sweep import SweepJob, expand
+from mdmkit.evaluation.tracking import log_rows
 from mdmkit.samplers import MaskedSampler
 from mdmkit.tasks.base import PuzzleTask
 
@@ -42,28 +57,85 @@ def format_summary(summary: dict[str, Any]) -> str:
     )
 
 
-def run_evaluation(cfg: DictConfig) -> dict[str, Any]:
-    require(cfg.ckpt is not None, "ckpt=... is required: a Lightning .ckpt or a slim model.pt")
-    trained = TrainedModel(cfg.ckpt)
-    task = build(cfg.task, "task") if cfg.get("task") is not None else trained.task
-    sampler = build(cfg.sampler, "sampler")
-    require(cfg.batch_size >= 1, f"batch_size={cfg.batch_size} must be >= 1")
-    require(cfg.limit is None or cfg.limit >= 1, f"limit={cfg.limit} must be >= 1 or null")
-    network = trained.network(task).to(resolve_device(cfg.device))
-    result = evaluate_test_split(network, task, sampler, cfg.limit, cfg.batch_size, cfg.seed, cfg.oracle)
+def summary_table(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width table of a sweep's rows, printed at its end."""
+    lines = [f"{'family':<24} {'settings':<40} {'accuracy':>8} {'NFE':>8}"]
+    for row in sorted(rows, key=lambda r: (r["family"], r["nfe_mean"])):
+        settings = ", ".join(f"{k}={v}" for k, v in row["params"].items()
+                             if k not in ("ordering", "temperature", "top_p", "stop_early") and v is not None)
+        lines.append(f"{row['family']:<24} {settings[:40]:<40} {row['accuracy']:>8.4f} {row['nfe_mean']:>8.2f}")
+    return "\n".join(lines)
+
+
+class _Rows:
+    """Builds results rows for one (checkpoint, task) pair: keys, provenance and shared context."""
+
+    def __init__(self, cfg: DictConfig, trained: TrainedModel, task: PuzzleTask) -> None:
+        self.checkpoint_sha = file_fingerprint(str(trained.path))
+        data = {"task": task.fingerprint(),
+                "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
+        self.measurement = {"checkpoint": self.checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit}
+        self.common = {"checkpoint": str(trained.path), "checkpoint_sha": self.checkpoint_sha, "weights": "ema",
+                       "task": task.name, "seed": cfg.seed, "limit": cfg.limit}
+        self.context = {**provenance(), "config": to_container(cfg), "train_config": trained.config}
+
+    def key(self, kind: str, sampler: dict[str, Any]) -> str:
+        return row_key(kind=kind, sampler=sampler, **self.measurement)
+
+    def row(self, kind: str, sampler: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in sampler.items() if k != "_target_"}
+        return {"kind": kind, "key": self.key(kind, sampler), **self.common, "sampler": sampler,
+                "family": derive_family({"kind": kind, "sampler": sampler}), "params": params, **summary, **self.context}
+
+
+def _run_job(job: SweepJob, cfg: DictConfig, network: torch.nn.Module, task: PuzzleTask, rows: _Rows) -> list[dict]:
+    sampler = build(job.sampler, "sampler")
+    result = evaluate_test_split(network, task, sampler, cfg.limit, cfg.batch_size, cfg.seed, job.oracle)
     summary = result.summary()
-    common = {"checkpoint": str(trained.path), "weights": "ema", "task": task.name}
-    context = {"config": to_container(cfg), "train_config": trained.config}
-    record = {"kind": "evaluate", **common, "sampler": to_container(cfg.sampler), **summary, **context}
-    path = append_record(cfg.results_file, record)
-    print(f"[{task.name}] {format_summary(summary)} -> {path}")
+    made = [rows.row("evaluate", job.sampler, summary)]
+    print(f"[{task.name}] {made[0]['family']}: {format_summary(summary)}")
     if result.oracle_nfe is not None:
         # the floor as a sampler of its own, so fronts and tables can draw it beside the real samplers
-        floor = {**summary, "nfe_mean": summary["oracle_nfe_mean"], "nfe": summary["oracle_nfe"],
-                 "cost_mean": summary["oracle_nfe_mean"], "wall_time_s": None}
-        oracle_record = {"kind": "oracle", **common,
-                         "sampler": {"name": "oracle", "reference": to_container(cfg.sampler)}, **floor, **context}
-        append_record(cfg.results_file, oracle_record)
-        print(f"[{task.name}] oracle floor of this trajectory: NFE mean {summary['oracle_nfe_mean']:.2f} "
-              f"(same outputs, accuracy {summary['accuracy']:.4f})")
-    return record
+        floor = {**summary, "nfe_mean": summary["oracle_nfe_mean"], "nfe_median": summary["oracle_nfe"]["p50"],
+                 "nfe": summary["oracle_nfe"], "cost_mean": summary["oracle_nfe_mean"], "wall_time_s": None,
+                 "tokens_per_s": None}
+        made.append(rows.row("oracle", {"name": "oracle", "reference": job.sampler}, floor))
+        print(f"[{task.name}] oracle floor of that trajectory: NFE mean {summary['oracle_nfe_mean']:.2f}")
+    return [append_record(cfg.results_file, row) for row in made]
+
+
+def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Evaluate every sampler of the run (one, or a sweep's grid); returns the rows, new and resumed."""
+    require(cfg.ckpt is not None, "ckpt=... is required: a Lightning .ckpt or a slim model.pt")
+    require(cfg.batch_size >= 1, f"batch_size={cfg.batch_size} must be >= 1")
+    require(cfg.limit is None or cfg.limit >= 1, f"limit={cfg.limit} must be >= 1 or null")
+    jobs = expand(cfg.sweep) if cfg.get("sweep") else [SweepJob(to_container(cfg.sampler), bool(cfg.oracle))]
+    for job in jobs:
+        build(job.sampler, "sampler")  # every sampler is valid before the model is even loaded
+    trained = TrainedModel(cfg.ckpt)
+    task = build(cfg.task, "task") if cfg.get("task") is not None else trained.task
+    network = trained.network(task).to(resolve_device(cfg.device))
+    rows = _Rows(cfg, trained, task)
+    finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume else {}
+
+    collected: list[dict[str, Any]] = []
+    for job in tqdm(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1):
+        keys = [rows.key("evaluate", job.sampler)]
+        if job.oracle:
+            keys.append(rows.key("oracle", {"name": "oracle", "reference": job.sampler}))
+        if all(k in finished for k in keys):
+            collected += [finished[k] for k in keys]
+            continue
+        collected += _run_job(job, cfg, network, task, rows)
+    resumed = sum(1 for r in collected if r["key"] in finished)
+    if len(jobs) > 1:
+        print(summary_table(collected))
+        if resumed:
+            print(f"({resumed} rows were already in {cfg.results_file} and were not re-run)")
+    name = f"{task.name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"
+    plot = None
+    if len(jobs) > 1 and output_dir is not None:
+        plot = plot_fronts(collected, output_dir / "pareto.png", title=f"{name}: accuracy vs NFE")
+        print(f"accuracy-vs-NFE plot: {plot}")
+    log_rows(collected, to_container(cfg.wandb) if cfg.get("wandb") else None, output_dir, name, plot)
+    return collected

@@ -1,11 +1,23 @@
-"""Results records: one JSON object per evaluation, appended to a JSONL file and never overwritten."""
+"""Results rows: one JSON object per line, appended atomically and never overwritten.
+
+A row carries what is needed to trust and re-find it later: the checkpoint's content fingerprint, the git
+commit and package versions, the machine, and a `key` over everything that determines the measurement
+(checkpoint, task data, sampler, seed, limit), so a re-run sweep can skip what is already done.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
+import math
 import os
 import platform
+import subprocess
+import sys
 import time
+import warnings
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +30,95 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {torch.get_num_threads()} threads"
 
 
-def append_record(path: str | Path, record: dict[str, Any]) -> Path:
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def row_key(**parts: Any) -> str:
+    """A stable id for a measurement: the hash of what determines it."""
+    return hashlib.sha256(canonical(parts).encode()).hexdigest()[:20]
+
+
+@cache
+def file_fingerprint(path: str) -> str:
+    """Content hash of a checkpoint (so renamed copies are recognised, retrained files are not confused)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+@cache
+def provenance() -> dict[str, Any]:
+    """Git commit (with a dirty flag) and the versions of the packages that shape a result."""
+    root = Path(__file__).resolve().parents[2]
+    commit = None
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            commit = head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    versions = {"python": sys.version.split()[0]}
+    for package in ("mdmkit", "torch", "lightning", "hydra-core", "transformers"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return {"git_commit": commit, "versions": versions}
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sane at 0% and 100%, unlike the normal one)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def append_record(path: str | Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Append one row as a single write + fsync: a crash leaves whole rows, at worst one torn last line.
+
+    Returns the row as stored (stamped with time and machine).
+    """
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(), **record}
-    with path.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
-    return path
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # never glue a row onto a torn last line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return record
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
-    with Path(path).expanduser().open() as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """All whole rows of a results file; a torn line (from a killed writer) is skipped with a warning."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        return []
+    rows = []
+    with path.open() as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                warnings.warn(f"{path}:{number}: skipping a torn results line", stacklevel=2)
+    return rows
+
+
+def done_keys(path: str | Path) -> set[str]:
+    return {row["key"] for row in read_records(path) if "key" in row}
+

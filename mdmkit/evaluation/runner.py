@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from mdmkit.evaluation.results import wilson_interval
 from mdmkit.samplers import ForwardCounter, MaskedSampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.tasks.base import PuzzleTask, Split
@@ -24,17 +25,27 @@ class EvalResult:
     predictions: torch.Tensor = field(repr=False)
     extra_cost: dict[str, np.ndarray] = field(default_factory=dict)  # fractional passes per kind, per sample
     oracle_nfe: np.ndarray | None = None  # the oracle floor of this sampler's trajectories (if asked for)
+    nfe_to_stop: np.ndarray | None = None  # NFE when the stop condition was met (= nfe without one)
+    answer_tokens: np.ndarray | None = None  # tokens each sample had to generate
 
     @property
     def accuracy(self) -> float:
         return float(self.correct.mean())
 
     def summary(self) -> dict[str, Any]:
+        to_stop = self.nfe if self.nfe_to_stop is None else self.nfe_to_stop
+        tokens = int(self.answer_tokens.sum()) if self.answer_tokens is not None else None
         summary = {
             "n": int(len(self.correct)),
             "accuracy": self.accuracy,
+            "accuracy_ci95": list(wilson_interval(int(self.correct.sum()), len(self.correct))),
             "nfe_mean": float(self.nfe.mean()),
+            "nfe_median": float(np.median(self.nfe)),
             "nfe": describe(self.nfe),
+            "nfe_to_stop_mean": float(to_stop.mean()),
+            "nfe_to_stop_median": float(np.median(to_stop)),
+            "tokens_per_step": tokens / max(1, int(self.nfe.sum())) if tokens is not None else None,
+            "tokens_per_s": tokens / self.wall_time_s if tokens is not None and self.wall_time_s > 0 else None,
             "wall_time_s": self.wall_time_s,
             # full-forward units: NFE plus the fractional passes (planner, indicator, ...), also given per kind
             "cost_mean": float(self.nfe.mean() + sum(c.mean() for c in self.extra_cost.values())),
@@ -77,7 +88,7 @@ def sample_split(
     was_training = network.training
     network.eval()
     generator = torch.Generator(device=device).manual_seed(seed)
-    correct, nfe, predictions, extra, floors = [], [], [], [], []
+    correct, nfe, to_stop, tokens, predictions, extra, floors = [], [], [], [], [], [], []
     oracle_time = 0.0
     start = time.perf_counter()
     for begin in tqdm(range(0, len(split), batch_size), desc="sampling", disable=not progress, leave=False):
@@ -93,6 +104,8 @@ def sample_split(
             oracle_time += time.perf_counter() - oracle_start
         correct.append(task.score(predicted, target, answer_mask).cpu())
         nfe.append(counter.nfe)
+        to_stop.append(torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe))
+        tokens.append(answer_mask.sum(1).cpu())
         extra.append(counter.extra)
         predictions.append(predicted.cpu())
     if device.type == "cuda":
@@ -106,5 +119,5 @@ def sample_split(
     }
     return EvalResult(
         torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, torch.cat(predictions), extra_cost,
-        torch.cat(floors).numpy() if oracle else None,
+        torch.cat(floors).numpy() if oracle else None, torch.cat(to_stop).numpy(), torch.cat(tokens).numpy(),
     )

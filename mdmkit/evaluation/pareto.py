@@ -1,0 +1,449 @@
+"""Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, plot, tabulate.
+
+Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.evaluation.results`). A point is one
+evaluation: (`nfe_mean`, `accuracy`) and the row as payload. Rows of kind "oracle" are the oracle NFE floor of a
+reference run: they are kept under the family "oracle", drawn as a reference curve, and never enter the overall
+front of real samplers.
+
+Conventions:
+- a front is sorted by NFE, with strictly increasing accuracy;
+- `interpolate_accuracy` is piecewise-linear on [min NFE, max NFE] of the front and returns None outside it
+  (no extrapolation, no clamping);
+- `nfe_at_accuracy` returns the front's first NFE for a target at or below its first accuracy, interpolates
+  between front points, and returns None above its best accuracy.
+
+This module reads JSONL itself (not `results.read_records`) so that it imports without torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+ORACLE = "oracle"
+DEFAULT_KINDS: tuple[str, ...] = ("evaluate", ORACLE)
+# Sampler-config keys left out of short labels: shared by every sampler or implied by the family name.
+_LABEL_SKIP = {"_target_", "ordering", "temperature", "top_p", "stop_early"}
+# Fixed colours for the usual families so that a family keeps its colour from plot to plot.
+_KNOWN_FAMILIES = (
+    "topk-confidence", "eb-entropy", "eb-confidence", "threshold-confidence", "factor-confidence",
+    "p2-confidence", "steps-confidence", "dreamsteps-entropy", "dreamsteps-confidence", "revealall-confidence",
+)
+
+
+class Point(NamedTuple):
+    """One (NFE, accuracy) measurement; `payload` is usually the results row it came from."""
+
+    nfe: float
+    accuracy: float
+    payload: Any = None
+
+
+PointLike = Point | tuple[float, float] | tuple[float, float, Any]
+
+
+# ---------------------------------------------------------------------------------------------- loading rows
+
+
+def derive_family(row: Mapping[str, Any]) -> str:
+    """The row's `family`, or one derived from its sampler config for rows written before the field existed.
+
+    `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy" (P2: its `score` stands
+    in for the ordering); oracle rows -> "oracle". Mirrors `results.sampler_family`, which imports torch.
+    """
+    if row.get("family"):
+        return str(row["family"])
+    sampler = row.get("sampler") or {}
+    if row.get("kind") == ORACLE or sampler.get("name") == ORACLE:
+        return ORACLE
+    target = sampler.get("_target_")
+    if target:
+        name = str(target).rsplit(".", 1)[-1].removesuffix("Sampler").lower()
+    else:
+        name = str(sampler.get("name", "unknown")).lower()
+    ordering = sampler.get("ordering", sampler.get("score"))  # as results.sampler_family names new rows
+    return f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
+
+
+def _checkpoint_id(row: Mapping[str, Any]) -> str:
+    return str(row.get("checkpoint_sha") or row.get("checkpoint") or "")
+
+
+def _seed(row: Mapping[str, Any]) -> Any:
+    if "seed" in row:
+        return row["seed"]
+    config = row.get("config")
+    return config.get("seed") if isinstance(config, Mapping) else None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def dedup_key(row: Mapping[str, Any]) -> tuple:
+    """Identity of an evaluation: the row's `key` if it has one, else (kind, checkpoint, task, family, sampler
+    config, seed, n). `n` is part of it so that a quick `limit=` run never replaces a full-split run."""
+    if row.get("key") is not None:
+        return ("key", _canonical(row["key"]))
+    return (row.get("kind"), _checkpoint_id(row), row.get("task"), derive_family(row),
+            _canonical(row.get("sampler")), _canonical(_seed(row)), row.get("n"))
+
+
+def _jsonl_files(paths: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        elif path.is_file():
+            found = [path]
+        else:
+            raise FileNotFoundError(f"no such results file or directory: {path}")
+        for file in found:
+            if file.resolve() not in seen:
+                seen.add(file.resolve())
+                files.append(file)
+    return files
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of one JSONL file; a line that is not a JSON object raises ValueError naming file and line."""
+    rows = []
+    with Path(path).open() as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def load_rows(paths: Iterable[str | Path], kinds: Sequence[str] | None = DEFAULT_KINDS) -> list[dict[str, Any]]:
+    """Merge rows from JSONL files and directories (every `*.jsonl` below, recursively), keep `kinds` (None:
+    all), fill a missing `family`, and de-duplicate by `dedup_key`, keeping the latest by `time` (on equal times,
+    the one read last). Files are read in the order given, directories in sorted path order."""
+    kept: dict[tuple, dict[str, Any]] = {}
+    for file in _jsonl_files(paths):
+        for row in read_jsonl(file):
+            if kinds is not None and row.get("kind") not in kinds:
+                continue
+            row = {**row, "family": derive_family(row)}
+            key = dedup_key(row)
+            old = kept.get(key)
+            if old is None or str(row.get("time", "")) >= str(old.get("time", "")):
+                kept.pop(key, None)  # re-insert: the order of `kept` follows the winning rows
+                kept[key] = row
+    return list(kept.values())
+
+
+def _matches_checkpoint(row: Mapping[str, Any], checkpoint: str) -> bool:
+    sha, path = str(row.get("checkpoint_sha") or ""), str(row.get("checkpoint") or "")
+    if checkpoint in (sha, path):
+        return True
+    if sha and len(checkpoint) >= 7 and sha.startswith(checkpoint):
+        return True
+    return bool(path) and (Path(path).name == checkpoint or Path(path).expanduser().resolve()
+                           == Path(checkpoint).expanduser().resolve())
+
+
+def select_rows(rows: Iterable[Mapping[str, Any]], task: str | None = None,
+                checkpoint: str | None = None) -> list[dict[str, Any]]:
+    """Rows of one task and/or checkpoint (its sha, a sha prefix of >= 7 characters, its path or file name)."""
+    return [dict(row) for row in rows
+            if (task is None or row.get("task") == task)
+            and (checkpoint is None or _matches_checkpoint(row, checkpoint))]
+
+
+def checkpoints(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Distinct checkpoint ids (sha, else path) of the rows, sorted."""
+    return sorted({_checkpoint_id(row) for row in rows})
+
+
+def sort_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in a stable order for writing: kind, family, NFE, accuracy, sampler config, time."""
+    def key(row: Mapping[str, Any]) -> tuple:
+        return (str(row.get("kind")), str(row.get("family")), _number(row.get("nfe_mean")),
+                _number(row.get("accuracy")), _canonical(row.get("sampler")), str(row.get("time", "")))
+    return [dict(row) for row in sorted(rows, key=key)]
+
+
+# ------------------------------------------------------------------------------------------------- fronts
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def points(rows: Iterable[Mapping[str, Any]]) -> list[Point]:
+    """Points (nfe_mean, accuracy, row) of the rows that have both as finite numbers."""
+    out = []
+    for row in rows:
+        nfe, accuracy = _number(row.get("nfe_mean")), _number(row.get("accuracy"))
+        if math.isfinite(nfe) and math.isfinite(accuracy):
+            out.append(Point(nfe, accuracy, row))
+    return out
+
+
+def pareto_front(candidates: Iterable[PointLike]) -> list[Point]:
+    """The non-dominated points, sorted by NFE. A point is dominated when another has NFE <= and accuracy >=,
+    one of them strictly. Of identical (NFE, accuracy) points the first given is kept. Accepts `Point`s or
+    (nfe, accuracy[, payload]) tuples."""
+    pts = [p if isinstance(p, Point) else Point(*p) for p in candidates]
+    order = sorted(range(len(pts)), key=lambda i: (pts[i].nfe, -pts[i].accuracy, i))
+    front: list[Point] = []
+    for i in order:
+        if not front or pts[i].accuracy > front[-1].accuracy:
+            front.append(pts[i])
+    return front
+
+
+def families(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Families present, sorted, with "oracle" last."""
+    names = {derive_family(row) for row in rows}
+    return sorted(names - {ORACLE}) + ([ORACLE] if ORACLE in names else [])
+
+
+def fronts_by_family(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Point]]:
+    """Each family's front (oracle rows under "oracle", last), payloads being the rows."""
+    rows = list(rows)
+    return {name: pareto_front(points(r for r in rows if derive_family(r) == name)) for name in families(rows)}
+
+
+def overall_front(rows: Iterable[Mapping[str, Any]]) -> list[Point]:
+    """The front of all real sampler runs: oracle rows are left out."""
+    return pareto_front(points(r for r in rows if derive_family(r) != ORACLE and r.get("kind") != ORACLE))
+
+
+# --------------------------------------------------------------------------------------- reading a front
+
+
+def interpolate_accuracy(front: Sequence[PointLike], nfe: float) -> float | None:
+    """Accuracy of the front at `nfe`, piecewise-linear between front points; None outside [min NFE, max NFE]
+    of the front, or for an empty front (no extrapolation, no clamping). Raw points are reduced to their front."""
+    pts = pareto_front(front)  # sorted by NFE, NFE and accuracy strictly increasing
+    if not pts or nfe < pts[0].nfe or nfe > pts[-1].nfe:
+        return None
+    for left, right in itertools.pairwise(pts):
+        if nfe <= right.nfe:
+            return left.accuracy + (nfe - left.nfe) / (right.nfe - left.nfe) * (right.accuracy - left.accuracy)
+    return pts[-1].accuracy  # a single point, nfe equal to it
+
+
+def nfe_at_accuracy(front: Sequence[PointLike], accuracy: float) -> float | None:
+    """Smallest NFE at which the front reaches `accuracy`: the front's first NFE when its first point already
+    does, linear interpolation between the two front points around it otherwise; None if never reached."""
+    pts = pareto_front(front)  # sorted by NFE, accuracy strictly increasing
+    if not pts or accuracy > pts[-1].accuracy:
+        return None
+    if accuracy <= pts[0].accuracy:
+        return pts[0].nfe
+    for left, right in itertools.pairwise(pts):
+        if accuracy <= right.accuracy:
+            fraction = (accuracy - left.accuracy) / (right.accuracy - left.accuracy)
+            return left.nfe + fraction * (right.nfe - left.nfe)
+    return None  # unreachable: accuracy <= pts[-1].accuracy
+
+
+def speedup(front: Sequence[PointLike], baseline_front: Sequence[PointLike], accuracy: float) -> float | None:
+    """NFE the baseline needs for `accuracy` divided by the NFE the front needs (both interpolated); None when
+    either never reaches it."""
+    ours, theirs = nfe_at_accuracy(front, accuracy), nfe_at_accuracy(baseline_front, accuracy)
+    if ours is None or theirs is None or ours <= 0:
+        return None
+    return theirs / ours
+
+
+def lowest_nfe_keeping(front: Sequence[PointLike], reference_accuracy: float, keep: float = 0.98) -> Point | None:
+    """The measured point of lowest NFE with accuracy >= keep * reference_accuracy (a real run, not an
+    interpolation, so it names a configuration one can use); None if there is none."""
+    target = keep * reference_accuracy
+    eligible = [p for p in pareto_front(front) if p.accuracy >= target]
+    return eligible[0] if eligible else None
+
+
+def lowest_nfe_keeping_by_family(rows: Iterable[Mapping[str, Any]], reference_accuracy: float,
+                                 keep: float = 0.98) -> dict[str, Point | None]:
+    """`lowest_nfe_keeping` for every family (oracle included, last)."""
+    return {name: lowest_nfe_keeping(front, reference_accuracy, keep)
+            for name, front in fronts_by_family(rows).items()}
+
+
+def reference_accuracy_of(rows: Iterable[Mapping[str, Any]], family: str | None = None) -> float | None:
+    """Default reference accuracy: the best accuracy of `family` (e.g. the full-step top-k baseline), or of all
+    real sampler runs when `family` is None; None without such rows."""
+    rows = list(rows)
+    chosen = [r for r in rows if derive_family(r) == family] if family else \
+        [r for r in rows if derive_family(r) != ORACLE]
+    accuracies = [p.accuracy for p in points(chosen)]
+    return max(accuracies) if accuracies else None
+
+
+# ------------------------------------------------------------------------------------------------ labels
+
+
+def sampler_label(sampler: Mapping[str, Any] | None) -> str:
+    """Short label of a sampler config: the settings that tell runs of one family apart, e.g. "gamma=0.1"."""
+    if not sampler:
+        return ""
+    if sampler.get("name") == ORACLE:
+        inner = sampler.get("reference") or {}
+        return f"floor of {derive_family({'sampler': inner})} {sampler_label(inner)}".strip()
+    parts = [f"{k}={v}" for k, v in sampler.items() if k not in _LABEL_SKIP and v is not None and k != "name"]
+    return ", ".join(parts)
+
+
+def family_colors(names: Iterable[str]) -> dict[str, Any]:
+    """A colour per family: fixed ones for the usual families, the rest from tab20 by a stable hash; oracle
+    black."""
+    import matplotlib
+
+    tab10 = matplotlib.colormaps["tab10"].colors
+    tab20 = matplotlib.colormaps["tab20"].colors
+    colors: dict[str, Any] = {}
+    for name in names:
+        if name == ORACLE:
+            colors[name] = "black"
+        elif name in _KNOWN_FAMILIES:
+            colors[name] = tab10[_KNOWN_FAMILIES.index(name) % len(tab10)]
+        else:
+            colors[name] = tab20[zlib.crc32(name.encode()) % len(tab20)]
+    return colors
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str, log_nfe: bool = True,
+                baseline_family: str | None = None) -> Path:
+    """Accuracy vs NFE: every run as a faint point, each family's front as a line with markers (95% CI bars
+    where rows have `accuracy_ci95`), the overall front highlighted underneath, the oracle floor dashed black.
+    Saves a PNG (dpi 150) and returns its path. Log NFE axis falls back to linear if an NFE is <= 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(rows)
+    fronts = fronts_by_family(rows)
+    colors = family_colors(fronts)
+    fig, ax = plt.subplots(figsize=(8.5, 5.5))
+    overall = overall_front(rows)
+    if len(overall) > 1:
+        ax.plot([p.nfe for p in overall], [p.accuracy for p in overall], color="gold", linewidth=9, alpha=0.45,
+                solid_capstyle="round", zorder=1, label="overall front")
+    elif overall:
+        ax.scatter([overall[0].nfe], [overall[0].accuracy], s=400, color="gold", alpha=0.45, zorder=1,
+                   label="overall front")
+    for name, front in fronts.items():
+        color = colors[name]
+        everything = points(r for r in rows if derive_family(r) == name)
+        is_oracle = name == ORACLE
+        ax.scatter([p.nfe for p in everything], [p.accuracy for p in everything], color=color, alpha=0.2,
+                   s=18, marker="x" if is_oracle else "o", zorder=2, linewidths=1)
+        if not front:
+            continue
+        xs, ys = [p.nfe for p in front], [p.accuracy for p in front]
+        if is_oracle:
+            ax.plot(xs, ys, linestyle="--", color="black", marker="x", markersize=6, linewidth=1.4, zorder=4,
+                    label="oracle floor")
+            continue
+        label = f"{name} (baseline)" if name == baseline_family else name
+        ax.plot(xs, ys, color=color, marker="o", markersize=5,
+                linewidth=2.6 if name == baseline_family else 1.6, zorder=3, label=label)
+        for p in front:
+            ci = p.payload.get("accuracy_ci95") if isinstance(p.payload, Mapping) else None
+            if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
+                ax.plot([p.nfe, p.nfe], [ci[0], ci[1]], color=color, alpha=0.35, linewidth=1, zorder=2)
+    nfes = [p.nfe for p in points(rows)]
+    if log_nfe and nfes and min(nfes) > 0:
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_xscale("log")  # plain numbers: 10, 20, 50 rather than 2x10^1; minor labels at 2 and 5 only
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda x, _: f"{x:g}" if f"{x:.0e}"[0] in "25" else ""))
+    ax.set_xlabel("NFE (mean forward passes per example)" + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel("accuracy")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.25)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(3, len(handles)),
+                  frameon=False, fontsize=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _fmt_nfe(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float | None = None,
+                  keep: float = 0.98) -> str:
+    """Markdown table, one line per family: runs, front points, best accuracy, NFE range, and the lowest NFE
+    run keeping >= `keep` of `reference_accuracy` (default: best accuracy of all real sampler runs)."""
+    rows = list(rows)
+    if reference_accuracy is None:
+        reference_accuracy = reference_accuracy_of(rows)
+    keep_label = f"lowest NFE with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}"
+    lines = [f"| family | runs | front points | best accuracy | NFE range | {keep_label} |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, front in fronts_by_family(rows).items():
+        everything = points(r for r in rows if derive_family(r) == name)
+        if not everything:
+            continue
+        nfes = [p.nfe for p in everything]
+        best = max(p.accuracy for p in everything)
+        kept = lowest_nfe_keeping(front, reference_accuracy, keep) if reference_accuracy is not None else None
+        kept_text = "—" if kept is None else (
+            f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_label(kept.payload.get('sampler'))})"
+            if isinstance(kept.payload, Mapping) else f"{kept.nfe:.1f} (acc {kept.accuracy:.4f})")
+        shown = "oracle floor (reference)" if name == ORACLE else name
+        lines.append(f"| {shown} | {len(everything)} | {len(front)} | {best:.4f} | "
+                     f"{min(nfes):.1f}–{max(nfes):.1f} | {kept_text} |")
+    return "\n".join(lines)
+
+
+def speedup_table(rows: Iterable[Mapping[str, Any]], baseline_family: str, accuracies: Sequence[float]) -> str:
+    """Markdown table of each family's speedup over `baseline_family` at each target accuracy, as
+    "4.00× (10.0 vs 40.0)" (interpolated NFE of the family vs of the baseline); "—" where either misses it."""
+    fronts = fronts_by_family(rows)
+    baseline = fronts.get(baseline_family, [])
+    header = "| family | " + " | ".join(f"acc {a:.4f}" for a in accuracies) + " |"
+    lines = [header, "|---|" + "---:|" * len(accuracies)]
+    lines.append(f"| {baseline_family} NFE (baseline) | "
+                 + " | ".join(_fmt_nfe(nfe_at_accuracy(baseline, a)) for a in accuracies) + " |")
+    for name, front in fronts.items():
+        if name == baseline_family:
+            continue
+        cells = []
+        for a in accuracies:
+            ratio = speedup(front, baseline, a)
+            cells.append("—" if ratio is None else
+                         f"{ratio:.2f}× ({_fmt_nfe(nfe_at_accuracy(front, a))} vs "
+                         f"{_fmt_nfe(nfe_at_accuracy(baseline, a))})")
+        shown = "oracle floor (reference)" if name == ORACLE else name
+        lines.append(f"| {shown} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""Grid sweeps in one process: a list of sampler configs, expanded from a compact spec, run on one loaded model.
+
+A sweep config (`conf/sweep/*.yaml`) lists entries; each names a sampler config group option and a grid of
+values for its fields. Entries expand to the product of their grid, each a full sampler config that is
+validated before anything runs, so a typo in the last entry fails at start-up, not after an hour.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mdmkit.config import build, require, to_container
+from mdmkit.evaluation.results import canonical
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    sampler: dict[str, Any]  # a full sampler config (with _target_)
+    oracle: bool  # also record the oracle floor of this sampler's trajectories
+
+
+def sampler_preset(name: str) -> dict[str, Any]:
+    """The packaged `conf/sampler/<name>.yaml` as a dict."""
+    path = files("mdmkit.conf") / "sampler" / f"{name}.yaml"
+    require(path.is_file(), f"sweep: unknown sampler '{name}' (no conf/sampler/{name}.yaml)")
+    return to_container(OmegaConf.create(path.read_text()))
+
+
+def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
+    """Every sampler config of the sweep, in order; each is built once here to validate it."""
+    spec = to_container(sweep) if isinstance(sweep, DictConfig) else sweep
+    entries = spec.get("entries") or []
+    require(bool(entries), "sweep: no entries")
+    jobs: dict[str, SweepJob] = {}  # by canonical config: a sampler listed twice runs once
+    for number, entry in enumerate(entries):
+        where = f"sweep.entries[{number}]"
+        unknown = set(entry) - {"sampler", "grid", "oracle"}
+        require(not unknown, f"{where}: unknown key(s) {sorted(unknown)} (valid: sampler, grid, oracle)")
+        base = sampler_preset(entry["sampler"])
+        grid = entry.get("grid") or {}
+        for field in grid:
+            require(field in base, f"{where}: sampler '{entry['sampler']}' has no field '{field}'")
+        values = [v if isinstance(v, list) else [v] for v in grid.values()]
+        for combination in itertools.product(*values):
+            config = {**base, **dict(zip(grid, combination))}
+            build(config, where)
+            key = canonical(config)
+            oracle = bool(entry.get("oracle", False)) or (key in jobs and jobs[key].oracle)
+            jobs[key] = SweepJob(config, oracle)
+    return list(jobs.values())

@@ -1,0 +1,135 @@
+"""Evaluation sweeps: grid expansion, the results schema, resume after a crash, multirun, wandb offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import TINY, compose_config, run_cli
+from omegaconf import open_dict
+
+import mdmkit.evaluation.evaluate as evaluate_module
+from mdmkit.errors import ConfigError
+from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.results import read_records
+from mdmkit.evaluation.sweep import expand
+from mdmkit.training.train import run_training
+
+GRID = {"name": "mini", "entries": [
+    {"sampler": "topk", "grid": {"k": [1, 8]}},
+    {"sampler": "eb", "grid": {"gamma": [0.1]}},
+    {"sampler": "topk", "grid": {"k": [1]}, "oracle": True},  # the same Top-1 again, now with its floor
+]}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-model")
+    cfg = compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"])
+    run_training(cfg, out)
+    return out / "model.pt"
+
+
+def evaluate(checkpoint: Path, results: Path, *overrides: str, sweep: dict | None = None, output_dir=None):
+    cfg = compose_config("evaluate", [f"ckpt={checkpoint}", "limit=6", f"results_file={results}",
+                                      "wandb.mode=disabled", *overrides])
+    if sweep is not None:
+        with open_dict(cfg):
+            cfg.sweep = sweep
+    return run_evaluation(cfg, output_dir)
+
+
+def test_grid_expands_to_the_product_and_merges_repeats() -> None:
+    jobs = expand({"entries": [{"sampler": "eb", "grid": {"gamma": [0.1, 1.0], "ordering": ["entropy", "margin"]}},
+                               *GRID["entries"]]})
+    assert len(jobs) == 4 + 3
+    assert {(j.sampler["gamma"], j.sampler["ordering"]) for j in jobs[:4]} == {
+        (0.1, "entropy"), (0.1, "margin"), (1.0, "entropy"), (1.0, "margin")}
+    top1 = [j for j in jobs if j.sampler["_target_"].endswith("TopKSampler") and j.sampler["k"] == 1]
+    assert len(top1) == 1 and top1[0].oracle
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"sampler": "nope"}, "unknown sampler 'nope'"),
+        ({"sampler": "eb", "grid": {"gama": [0.1]}}, "sampler 'eb' has no field 'gama'"),
+        ({"sampler": "eb", "grid": {"gamma": [0.1, -1.0]}}, r"sweep.entries\[0\]: gamma=-1.0 must be >= 0"),
+        ({"sampler": "eb", "grids": {}}, "unknown key"),
+    ],
+)
+def test_a_bad_sweep_entry_fails_before_anything_runs(entry: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        expand({"entries": [entry]})
+
+
+def test_rows_carry_the_full_schema_and_round_trip(checkpoint: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    (row,) = evaluate(checkpoint, results, "sampler=eb", "sampler.gamma=0.5")
+    stored = read_records(results)
+    assert stored == [json.loads(json.dumps(row))]
+    assert row["family"] == "eb-confidence" and row["params"]["gamma"] == 0.5
+    low, high = row["accuracy_ci95"]
+    assert 0.0 <= low <= row["accuracy"] <= high <= 1.0
+    assert row["tokens_per_step"] == pytest.approx(45 / row["nfe_mean"])  # 45 blanks per tiny-config puzzle
+    assert row["nfe_to_stop_mean"] == row["nfe_mean"]  # no stop condition: the stop point is the end
+    assert len(row["checkpoint_sha"]) == 16 and row["weights"] == "ema" and row["seed"] == 0
+    assert row["versions"]["torch"] and "git_commit" in row
+    assert row["tokens_per_s"] > 0 and row["nfe_median"] > 0
+
+
+def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "results.jsonl"
+    real_run_job, calls = evaluate_module._run_job, []
+
+    def crash_on_second(job, *args):
+        calls.append(job)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the machine went away mid-sweep
+        return real_run_job(job, *args)
+
+    monkeypatch.setattr(evaluate_module, "_run_job", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(checkpoint, results, sweep=GRID)
+    assert len(read_records(results)) == 2  # Top-1 and its oracle floor were written
+    with results.open("a") as handle:
+        handle.write('{"kind": "evaluate", "acc')  # a torn line from the killed writer
+    monkeypatch.setattr(evaluate_module, "_run_job", real_run_job)
+    with pytest.warns(UserWarning, match="torn results line"):
+        rows = evaluate(checkpoint, results, sweep=GRID)
+    stored = read_records(results)
+    assert len(rows) == 4 and sorted(r["key"] for r in rows) == sorted(r["key"] for r in stored)
+    assert len({r["key"] for r in stored}) == len(stored) == 4  # nothing run twice
+    assert sorted(r["family"] for r in stored) == ["eb-confidence", "oracle", "topk-confidence", "topk-confidence"]
+    again = evaluate(checkpoint, results, sweep=GRID)  # a finished sweep is all skipped
+    assert len(read_records(results)) == 4 and len(again) == 4
+
+
+def test_sweep_logs_wandb_offline_and_plots_its_front(checkpoint: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline must come from the config itself
+    results = tmp_path / "results.jsonl"
+    evaluate(checkpoint, results, "wandb.mode=offline", sweep=GRID, output_dir=tmp_path)
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    png = (tmp_path / "pareto.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+@pytest.mark.parametrize("launcher", ["basic", "local_parallel"])
+def test_multirun_over_two_values_writes_two_rows(checkpoint: Path, tmp_path: Path, launcher: str) -> None:
+    results = tmp_path / "results.jsonl"
+    out = run_cli("evaluate.py", "-m", f"hydra/launcher={launcher}", f"ckpt={checkpoint}", "sampler.k=1,4",
+                  "limit=4", "wandb.mode=disabled", f"results_file={results}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sorted(r["params"]["k"] for r in read_records(results)) == [1, 4]
+
+
+def test_the_slurm_launcher_config_composes() -> None:
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("mdmkit.conf", version_base="1.3"):
+        cfg = compose("evaluate", ["ckpt=x.pt", "hydra/launcher=slurm"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.gpus_per_node == 1
