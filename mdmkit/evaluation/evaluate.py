@@ -27,7 +27,7 @@ from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob, expand
 from mdmkit.evaluation.tracking import log_rows
 from mdmkit.samplers import MaskedSampler
-from mdmkit.tasks.base import PuzzleTask
+from mdmkit.tasks.base import PuzzleTask, Split
 
 
 def resolve_device(name: str) -> torch.device:
@@ -88,9 +88,10 @@ class _Rows:
                 "family": derive_family({"kind": kind, "sampler": sampler}), "params": params, **summary, **self.context}
 
 
-def _run_job(job: SweepJob, cfg: DictConfig, network: torch.nn.Module, task: PuzzleTask, rows: _Rows) -> list[dict]:
+def _run_job(job: SweepJob, cfg: DictConfig, network: torch.nn.Module, task: PuzzleTask, test: Split,
+             rows: _Rows) -> list[dict]:
     sampler = build(job.sampler, "sampler")
-    result = evaluate_test_split(network, task, sampler, cfg.limit, cfg.batch_size, cfg.seed, job.oracle)
+    result = sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle)
     summary = result.summary()
     made = [rows.row("evaluate", job.sampler, summary)]
     print(f"[{task.name}] {made[0]['family']}: {format_summary(summary)}")
@@ -116,6 +117,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
     task = build(cfg.task, "task") if cfg.get("task") is not None else trained.task
     network = trained.network(task).to(resolve_device(cfg.device))
     rows = _Rows(cfg, trained, task)
+    test = task.load_splits()["test"].head(cfg.limit)  # once: every sampler sees the same examples
     finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume else {}
 
     collected: list[dict[str, Any]] = []
@@ -126,7 +128,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
         if all(k in finished for k in keys):
             collected += [finished[k] for k in keys]
             continue
-        collected += _run_job(job, cfg, network, task, rows)
+        collected += _run_job(job, cfg, network, task, test, rows)
     resumed = sum(1 for r in collected if r["key"] in finished)
     if len(jobs) > 1:
         print(summary_table(collected))
