@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference-accuracy", type=float,
                         help="reference accuracy (default: best accuracy of --baseline, else of all runs)")
     parser.add_argument("--title", help="plot title")
+    parser.add_argument("--notes", type=Path, help="markdown file inserted after the summary (analysis, commands)")
     args = parser.parse_args(argv)
     if not 0 < args.keep <= 1:
         parser.error(f"--keep {args.keep} must be in (0, 1]")
@@ -89,6 +90,8 @@ def run(args: argparse.Namespace, command: str) -> str:
                  (f"NFE of {args.baseline} / NFE of the family at the same accuracy, both interpolated linearly "
                   "along their fronts; — where a front never reaches that accuracy."), "",
                  pareto.speedup_table(selected, args.baseline, speedup_levels(reference, args.keep)), ""]
+    if args.notes:
+        page += [args.notes.read_text().strip(), ""]
     page += ["## Command", "", "```", command, "```", ""]
     out.with_name(out.name + ".md").write_text("\n".join(page))
     with out.with_name(out.name + ".jsonl").open("w") as handle:
