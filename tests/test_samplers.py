@@ -200,6 +200,14 @@ def test_every_step_reveals_at_least_one_and_reveal_steps_form_a_partition() -> 
         assert sorted(sum(groups, [])) == torch.nonzero(prompts[row] == MASK).flatten().tolist()
 
 
+def test_eb_with_gamma_zero_is_full_step_and_gamma_infinite_is_one_shot() -> None:
+    network, prompts = real_network(), puzzles()
+    _, zero = sample(EBSampler(gamma=0.0), network, prompts, MASK)  # a random network: no zero-entropy token
+    assert zero.nfe.tolist() == (prompts == MASK).sum(1).tolist()
+    _, infinite = sample(EBSampler(gamma=math.inf), network, prompts, MASK)
+    assert infinite.nfe.tolist() == [1] * len(prompts)
+
+
 def test_same_seed_same_output_and_temperature_zero_is_argmax() -> None:
     network, prompts = real_network(), puzzles()
     first, _ = sample(EBSampler(gamma=1.0, temperature=1.0), network, prompts, MASK, seed=7)
