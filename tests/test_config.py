@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from conftest import TINY, compose_config, run_cli
 from hydra.errors import ConfigCompositionException
-from omegaconf.errors import ConfigKeyError
 
 from mdmkit.config import build, to_container
 from mdmkit.errors import ConfigError

@@ -43,10 +43,9 @@ def evaluate_test_split(
     limit: int | None,
     batch_size: int,
     seed: int,
-    oracle: bool = False,
 ) -> EvalResult:
     test = task.load_splits()["test"].head(limit)
-    return sample_split(network, task, test, sampler, batch_size=batch_size, seed=seed, progress=True, oracle=oracle)
+    return sample_split(network, task, test, sampler, batch_size=batch_size, seed=seed, progress=True)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
