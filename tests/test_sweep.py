@@ -80,7 +80,7 @@ def test_rows_carry_the_full_schema_and_round_trip(checkpoint: Path, tmp_path: P
 
 
 def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
-    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     results = tmp_path / "results.jsonl"
     real_run_job, calls = evaluate_module._run_job, []
@@ -101,11 +101,13 @@ def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
     with pytest.warns(UserWarning, match="torn results line"):
         rows = evaluate(checkpoint, results, sweep=GRID)
     stored = read_records(results)
+    capsys.readouterr()
     assert len(rows) == 4 and sorted(r["key"] for r in rows) == sorted(r["key"] for r in stored)
     assert len({r["key"] for r in stored}) == len(stored) == 4  # nothing run twice
     assert sorted(r["family"] for r in stored) == ["eb-confidence", "oracle", "topk-confidence", "topk-confidence"]
-    again = evaluate(checkpoint, results, sweep=GRID)  # a finished sweep is all skipped
+    again = evaluate(checkpoint, results, sweep=GRID)  # a finished sweep is all skipped, and says so
     assert len(read_records(results)) == 4 and len(again) == 4
+    assert capsys.readouterr().out.count("already in") == 3
 
 
 def test_sweep_logs_wandb_offline_and_plots_its_front(checkpoint: Path, tmp_path: Path,

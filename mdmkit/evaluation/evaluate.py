@@ -125,14 +125,14 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
         if job.oracle:
             keys.append(rows.key("oracle", {"name": "oracle", "reference": job.sampler}))
         if all(k in finished for k in keys):
+            done = finished[keys[0]]
+            print(f"[{task.name}] {done['family']}: already in {cfg.results_file} (resume=false re-runs it): "
+                  f"accuracy {done['accuracy']:.4f}, NFE mean {done['nfe_mean']:.2f}")
             collected += [finished[k] for k in keys]
             continue
         collected += _run_job(job, cfg, network, task, test, rows)
-    resumed = sum(1 for r in collected if r["key"] in finished)
     if len(jobs) > 1:
         print(summary_table(collected))
-        if resumed:
-            print(f"({resumed} rows were already in {cfg.results_file} and were not re-run)")
     name = f"{task.name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"
     plot = None
     if len(jobs) > 1 and output_dir is not None:

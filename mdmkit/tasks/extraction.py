@@ -1,0 +1,169 @@
+"""Answer and code extraction for GSM8K, HumanEval and MBPP generations.
+
+Masked diffusion models emit a fixed-length canvas, so a raw generation usually carries junk after the answer
+(repeated few-shot questions, extra functions, chat chatter). These pure functions turn such text into what the
+benchmark scores: a canonical number for GSM8K, an executable program for HumanEval/MBPP. They never execute code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+
+# Stop ("generate_until") phrases from the EB-Sampler paper, Appendix C, Table 2. MBPP, GSM8K and MATH list a single
+# phrase spanning both model columns, so both models share it. Reconstruction notes (the text extraction of the
+# table replaced quotes with typographic ones and mangled backticks):
+#   * Dream/HumanEval reads `”“‘\n”` in the extracted text; LaTeX renders ``` `` ` ``` as `“‘`, so this is the
+#     closing code fence "```\n" (Dream wraps its answer in a fenced block).
+#   * GSM8K's "The answer is %d." is a template, not a literal: `truncate_at_stop` matches "%d" against a number
+#     and keeps the matched phrase, since it carries the answer.
+STOP_PHRASES: dict[str, dict[str, list[str]]] = {
+    "llada": {
+        "humaneval": ["<|endoftext|>", "\n\n\n"],
+        "mbpp": ["[DONE]"],
+        "gsm8k": ["The answer is %d."],
+        "math": ["I hope it is correct."],
+    },
+    "dream": {
+        "humaneval": ["<|endoftext|>", "```\n"],
+        "mbpp": ["[DONE]"],
+        "gsm8k": ["The answer is %d."],
+        "math": ["I hope it is correct."],
+    },
+}
+
+# A number as written in prose: optional sign and "$", thousands groups or plain digits, optional decimals.
+# The sign must not follow a word character, so "5-3" yields 5 and 3 rather than 5 and -3.
+_NUMBER = r"(?:(?<![\w.])-)?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
+_NUMBER_RE = re.compile(_NUMBER)
+_HASH_RE = re.compile(r"####\s*(" + _NUMBER + r")")
+_ANSWER_IS_RE = re.compile(r"the answer is:?\s*(-?\s?\$?\s?-?[\d,]*\d(?:\.\d+)?)", re.IGNORECASE)
+_FENCE_RE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def normalize_number(text: str) -> str | None:
+    """Canonical string for a numeric answer ("$1,234.50" -> "1234.5", "4.0" -> "4"), or None if not a number.
+
+    Gold and predicted answers are compared as strings, so formatting differences must not count as errors.
+    """
+    s = text.strip().replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
+    if not re.fullmatch(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)", s):
+        return None
+    try:
+        value = Decimal(s)
+    except InvalidOperation:  # pragma: no cover - the regex already guarantees a valid literal
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))  # also maps "-0" to "0"
+    return format(value.normalize(), "f")
+
+
+def extract_gsm8k_answer(text: str) -> str | None:
+    """The normalized final answer of a GSM8K solution or generation, or None if it contains no number.
+
+    Preference: "#### N" (gold format), then the first "The answer is N" (the few-shot answer format, which is
+    also the stop phrase: text after it is junk), then the last number anywhere (models that skip the format).
+    """
+    for pattern in (_HASH_RE, _ANSWER_IS_RE):
+        match = pattern.search(text)
+        if match and (value := normalize_number(match.group(1))) is not None:
+            return value
+    numbers = _NUMBER_RE.findall(text)
+    return normalize_number(numbers[-1]) if numbers else None
+
+
+def gsm8k_correct(generation: str, gold_answer_field: str) -> bool:
+    """Whether a generation's answer equals the gold solution's "#### N" answer (numerically normalized)."""
+    predicted = extract_gsm8k_answer(generation)
+    return predicted is not None and predicted == extract_gsm8k_answer(gold_answer_field)
+
+
+def _stop_regex(stop: str) -> re.Pattern[str]:
+    """Regex for a stop phrase; "%d" becomes a (possibly signed, comma-grouped) integer."""
+    parts = [re.escape(p) for p in stop.split("%d")]
+    return re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)".join(parts))
+
+
+def truncate_at_stop(text: str, stops: Sequence[str]) -> str:
+    """Cut text at the earliest stop phrase, mimicking generate_until on a fixed-length canvas.
+
+    A literal stop is removed together with everything after it. A template stop containing "%d" (GSM8K's
+    "The answer is %d.") is kept, because the matched phrase is the answer itself; only what follows is cut.
+    """
+    cut = len(text)
+    for stop in stops:
+        if not stop:
+            continue
+        if "%d" in stop:
+            match = _stop_regex(stop).search(text)
+            if match and match.start() < cut:
+                cut = match.end()
+        else:
+            index = text.find(stop)
+            if index != -1 and index < cut:
+                cut = index
+    return text[:cut]
+
+
+def _defines(code: str, entry_point: str) -> re.Match[str] | None:
+    return re.search(rf"^[ \t]*(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE)
+
+
+def extract_code(generation: str, prompt: str | None = None, entry_point: str | None = None) -> str:
+    """The code in a generation, ready to append to (or replace) the prompt.
+
+    Handles, in order: MBPP's "[BEGIN] ... [DONE]" markers (either may be missing, since the prompt usually ends
+    with "[BEGIN]" and the stop phrase removes "[DONE]"); fenced blocks, preferring the one that defines
+    `entry_point` (an unclosed final fence counts, as the "```\\n" stop phrase removes the closing fence); and a
+    leading repetition of the prompt. Text without markers or fences is returned unchanged, since a bare
+    completion's leading indentation is significant.
+    """
+    code = generation
+    begin, done = code.find("[BEGIN]"), code.find("[DONE]")
+    if begin != -1 and (done == -1 or begin < done):  # a [BEGIN] after [DONE] opens the next (junk) task
+        code = code[begin + len("[BEGIN]") :]
+    if "[DONE]" in code:
+        code = code.split("[DONE]", 1)[0]
+    if "```" in code:
+        blocks = _FENCE_RE.findall(code)
+        if blocks:
+            chosen = blocks[0]
+            if entry_point:
+                chosen = next((b for b in blocks if _defines(b, entry_point)), chosen)
+            code = chosen
+    if prompt and prompt.strip():
+        if code.startswith(prompt):
+            code = code[len(prompt) :]
+        elif code.lstrip().startswith(prompt.strip()):  # repetition with different surrounding whitespace
+            code = code.lstrip()[len(prompt.strip()) :]
+            tail = prompt[len(prompt.rstrip()) :]  # the prompt's trailing newline(s), which the body follows
+            code = code.removeprefix(tail)
+    return code
+
+
+def _humaneval_harness(test: str, entry_point: str) -> str:
+    """The check harness appended after the solution, as in the official HumanEval evaluation."""
+    return "\n" + test + "\n" + f"check({entry_point})\n"
+
+
+def humaneval_program(prompt: str, completion: str, entry_point: str, test: str) -> str:
+    """A runnable HumanEval program from an (already extracted) completion.
+
+    A completion that defines `entry_point` itself is used as the full function, keeping the part of the prompt
+    before the prompt's own `def` (imports, helper functions); otherwise it is a body continuing the prompt.
+    This is the EB paper's Appendix C.1.3 fix for Dream, which often restates the whole function.
+    """
+    if _defines(completion, entry_point):
+        header_match = _defines(prompt, entry_point)
+        header = prompt[: header_match.start()] if header_match else ""
+        solution = header + completion
+    else:
+        solution = prompt + completion
+    return solution + _humaneval_harness(test, entry_point)
+
+
+def mbpp_program(code: str, test_list: Sequence[str], test_setup_code: str = "") -> str:
+    """A runnable MBPP program: solution, then setup (which may use the solution's classes), then the asserts."""
+    parts = [code, test_setup_code, *test_list]
+    return "\n".join(p for p in parts if p) + "\n"
