@@ -12,6 +12,9 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+# The real GSM8K / HumanEval / MBPP files (never downloaded by tests): $MDMKIT_BENCHMARK_DATA, else ../shared beside
+# the checkout. Tests that need them skip, naming the path, where they are absent.
+BENCHMARK_DATA = Path(os.environ.get("MDMKIT_BENCHMARK_DATA", ROOT.parent / "shared" / "data" / "benchmarks"))
 
 # A configuration that trains in seconds on a CPU; tests add their own overrides on top.
 TINY = [

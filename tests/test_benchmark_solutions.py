@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import BENCHMARK_DATA
 
 from mdmkit.evaluation.sandbox import ENV_VAR, SandboxLimits, run_many
 
-DATA = Path(__file__).resolve().parents[2] / "shared/data/benchmarks"
+DATA = BENCHMARK_DATA
 HUMANEVAL = DATA / "HumanEval.jsonl.gz"
 MBPP = DATA / "mbpp.jsonl"
 LIMITS = SandboxLimits(timeout_s=20.0)

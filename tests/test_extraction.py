@@ -5,9 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from pathlib import Path
 
 import pytest
+from conftest import BENCHMARK_DATA
 
 from mdmkit.tasks.extraction import (
     STOP_PHRASES,
@@ -20,7 +20,7 @@ from mdmkit.tasks.extraction import (
     truncate_at_stop,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared/data/benchmarks"
+DATA = BENCHMARK_DATA
 
 
 def _jsonl(name: str) -> list[dict]:
