@@ -163,9 +163,9 @@ def test_load_rows_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         pareto.load_rows([tmp_path / "missing.jsonl"])
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"kind": "evaluate"}\n{"kind": \n')
-    with pytest.raises(ValueError, match="bad.jsonl:2"):
-        pareto.load_rows([bad])
+    bad.write_text('{"kind": "evaluate", "family": "eb", "accuracy": 0.5, "nfe_mean": 3}\n{"kind": \n')
+    with pytest.warns(UserWarning, match="bad.jsonl:2: skipping a torn results line"):
+        assert len(pareto.load_rows([bad])) == 1  # a sweep killed mid-write: its whole rows still count
 
 
 def test_select_rows_by_task_and_checkpoint():

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mdmkit.evaluation.results import read_records
+
 ORACLE = "oracle"
 DEFAULT_KINDS: tuple[str, ...] = ("evaluate", ORACLE)
 # Sampler-config keys left out of short labels: shared by every sampler or implied by the family name.
@@ -54,7 +56,7 @@ def derive_family(row: Mapping[str, Any]) -> str:
     """The row's `family`, or one derived from its sampler config for rows written before the field existed.
 
     `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy" (P2: its `score` stands
-    in for the ordering); oracle rows -> "oracle". Mirrors `results.sampler_family`, which imports torch.
+    in for the ordering); oracle rows -> "oracle".
     """
     if row.get("family"):
         return str(row["family"])
@@ -112,30 +114,13 @@ def _jsonl_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of one JSONL file; a line that is not a JSON object raises ValueError naming file and line."""
-    rows = []
-    with Path(path).open() as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: not a JSON object")
-            rows.append(row)
-    return rows
-
-
 def load_rows(paths: Iterable[str | Path], kinds: Sequence[str] | None = DEFAULT_KINDS) -> list[dict[str, Any]]:
     """Merge rows from JSONL files and directories (every `*.jsonl` below, recursively), keep `kinds` (None:
     all), fill a missing `family`, and de-duplicate by `dedup_key`, keeping the latest by `time` (on equal times,
     the one read last). Files are read in the order given, directories in sorted path order."""
     kept: dict[tuple, dict[str, Any]] = {}
     for file in _jsonl_files(paths):
-        for row in read_jsonl(file):
+        for row in read_records(file):
             if kinds is not None and row.get("kind") not in kinds:
                 continue
             row = {**row, "family": derive_family(row)}

@@ -21,10 +21,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def machine() -> str:
+    import torch  # here, so that reading results (Pareto fronts, plots) never pays for importing torch
+
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {torch.get_num_threads()} threads"
