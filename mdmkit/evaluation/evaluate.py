@@ -73,7 +73,9 @@ class _Rows:
         self.checkpoint_sha = file_fingerprint(str(trained.path))
         data = {"task": task.fingerprint(),
                 "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
-        self.measurement = {"checkpoint": self.checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit}
+        # batch_size is part of it: with temperature > 0 the random draws depend on how rows are batched
+        self.measurement = {"checkpoint": self.checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
+                            "batch_size": cfg.batch_size}
         self.common = {"checkpoint": str(trained.path), "checkpoint_sha": self.checkpoint_sha, "weights": "ema",
                        "task": task.name, "seed": cfg.seed, "limit": cfg.limit}
         self.context = {**provenance(), "config": to_container(cfg), "train_config": trained.config}
