@@ -1,0 +1,244 @@
+"""Hugging Face models behind mdmkit's network interface.
+
+mdmkit samplers call `network(tokens, attn_mask=...)` with a key-padding mask [B, 1, 1, L] (True = may attend)
+and expect logits [B, L, V]. These adapters translate that call for a pretrained masked LM (BERT-style, LLaDA,
+Dream) so every sampler runs unchanged on it, and wrap a causal LM so next-token-prediction baselines are
+measured with the same NFE accounting (one forward per generated token per unfinished row).
+
+`transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from mdmkit.errors import CheckpointError
+
+Kind = Literal["generic", "llada", "dream"]
+LLADA_MASK_ID = 126336  # LLaDA's [MASK] id, as documented in its model card and generate.py
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def key_padding(attn_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """mdmkit's key-padding mask (bool, broadcastable to [B, heads, L, L]) as a [B, L] bool, or None.
+
+    Only masks that are the same for every query (key padding) translate to HF's [B, L] `attention_mask`;
+    anything else is refused rather than silently approximated.
+    """
+    if attn_mask is None:
+        return None
+    mask = attn_mask.bool()
+    if mask.dim() == 2:
+        return mask.expand(batch, length)
+    if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
+        raise ValueError(f"only a key-padding mask [B, 1, 1, L] converts to an HF attention_mask, got "
+                         f"{tuple(mask.shape)}")
+    return mask[:, 0, 0, :].expand(batch, length)
+
+
+def positions(keep: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on each row's first real token, so left padding does not shift them."""
+    return (keep.long().cumsum(1) - 1).clamp(min=0)
+
+
+def _accepts(model: nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class HFMaskedDiffusion(nn.Module):
+    """A Hugging Face masked LM as an mdmkit network: `forward(tokens, attn_mask) -> logits [B, L, V]`.
+
+    `shift=True` is for Dream, which was adapted from an autoregressive model and kept its output layout: the
+    logits at position i-1 predict token i. Dream's own generation code re-aligns them with
+    `cat([logits[:, :1], logits[:, :-1]], 1)` (position 0 keeps its own logits; it is never masked in
+    practice), and so do we, so samplers see logits aligned with the positions they fill.
+    """
+
+    def __init__(self, model: nn.Module, mask_id: int, *, shift: bool = False, kind: Kind = "generic") -> None:
+        super().__init__()
+        self.model = model
+        self.mask_id = int(mask_id)
+        self.shift = shift
+        self.kind = kind
+        # Position ids computed from the padding mask make left padding exact for models that take them
+        # (BERT, Dream); LLaDA's forward has no such argument.
+        self.pass_positions = kind != "llada" and _accepts(model, "position_ids")
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch, length = tokens.shape
+        keep = key_padding(attn_mask, batch, length)
+        kwargs: dict[str, Any] = {}
+        padded = keep is not None and not bool(keep.all())
+        if self.kind == "dream":
+            # Dream's generation_utils: no padding -> attention_mask="full"; padding -> a 4D bool mask
+            # (query and key both real) plus cumsum position ids.
+            if padded:
+                kwargs["attention_mask"] = keep[:, None, None, :] & keep[:, None, :, None]
+                kwargs["position_ids"] = positions(keep)
+            else:
+                kwargs["attention_mask"] = "full"
+        elif keep is not None:
+            kwargs["attention_mask"] = keep.long()
+            if self.pass_positions and padded:
+                kwargs["position_ids"] = positions(keep)
+        logits = self.model(input_ids=tokens, **kwargs).logits.float()
+        if self.shift:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        return logits
+
+
+class HFCausalLM(nn.Module):
+    """A Hugging Face causal LM for next-token-prediction baselines, with honest per-row NFE."""
+
+    def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
+        super().__init__()
+        self.model = model
+        self.pad_id = int(pad_id)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch, length = tokens.shape
+        keep = key_padding(attn_mask, batch, length)
+        if keep is None:
+            return self.model(input_ids=tokens).logits.float()
+        return self.model(input_ids=tokens, attention_mask=keep.long(), position_ids=positions(keep)).logits.float()
+
+    @torch.no_grad()
+    def greedy_generate(
+        self,
+        prompt_ids: torch.Tensor,
+        max_new_tokens: int,
+        stop_ids: list[int] | set[int] | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy decoding with the KV cache over a left-padded batch `prompt_ids` [B, P].
+
+        Returns the generated tokens [B, T] (T <= max_new_tokens; a row's stop token is kept and everything
+        after it is `pad_id`) and each row's NFE [B]: one forward per token it generated. Finished rows stay in
+        the batch (reordering the cache is not worth it for a baseline) but are no longer charged, since a
+        sampler that dropped them would not pay for them either.
+        """
+        batch = prompt_ids.shape[0]
+        device = prompt_ids.device
+        keep = (torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None
+                else attention_mask.to(device).bool())
+        stops = torch.tensor(sorted(stop_ids or []), dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        nfe = torch.zeros(batch, dtype=torch.long)
+        generated: list[torch.Tensor] = []
+        inputs, position_ids, cache = prompt_ids, positions(keep), None
+        for _ in range(max_new_tokens):
+            out = self.model(input_ids=inputs, attention_mask=keep.long(), position_ids=position_ids,
+                             past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            nfe[(~done).cpu()] += 1
+            token = out.logits[:, -1].float().argmax(-1)
+            token = torch.where(done, self.pad_id, token)
+            generated.append(token)
+            done = done | torch.isin(token, stops)
+            if bool(done.all()):
+                break
+            inputs = token[:, None]
+            position_ids = position_ids[:, -1:] + 1
+            keep = torch.cat([keep, torch.ones(batch, 1, dtype=torch.bool, device=device)], dim=1)
+        tokens = torch.stack(generated, 1) if generated else prompt_ids.new_zeros(batch, 0)
+        return tokens, nfe
+
+
+def _is_local(name_or_path: str) -> bool:
+    return name_or_path.startswith(("/", "./", "../", "~")) or Path(name_or_path).exists()
+
+
+def _load_kwargs(name_or_path: str, dtype: str, local_files_only: bool | None) -> tuple[Path | str, dict]:
+    if dtype not in _DTYPES:
+        raise CheckpointError(f"dtype='{dtype}' is not one of {', '.join(_DTYPES)}")
+    source: Path | str = name_or_path
+    if _is_local(name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.is_dir():
+            raise CheckpointError(f"no model directory at {name_or_path}")
+        source, local_files_only = path, True  # a local directory never touches the network
+    return source, {"local_files_only": bool(local_files_only)}
+
+
+def _dtype_kwarg(dtype: str) -> dict:
+    import transformers
+    from packaging.version import Version
+
+    # transformers renamed `torch_dtype` to `dtype` in 4.56; older releases only know the former.
+    key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    return {key: _DTYPES[dtype]}
+
+
+def load_masked_diffusion(
+    name_or_path: str,
+    kind: Kind = "generic",
+    *,
+    trust_remote_code: bool = False,
+    dtype: str = "float32",
+    device: str = "cpu",
+    local_files_only: bool | None = None,
+) -> tuple[HFMaskedDiffusion, Any]:
+    """Tokenizer and wrapped model for a masked LM (`generic`: any AutoModelForMaskedLM) or LLaDA / Dream.
+
+    LLaDA and Dream ship their modelling code in their repositories, so they load through AutoModel with
+    trust_remote_code=True. Their mask ids: LLaDA 126336 (fixed, documented), Dream the tokenizer's.
+    """
+    if kind not in ("generic", "llada", "dream"):
+        raise CheckpointError(f"kind='{kind}' is not one of generic, llada, dream")
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
+    remote = trust_remote_code or kind != "generic"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote, **common)
+        auto = AutoModelForMaskedLM if kind == "generic" else AutoModel
+        model = auto.from_pretrained(source, trust_remote_code=remote, **common, **_dtype_kwarg(dtype))
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"cannot load a masked LM from {name_or_path}: {first}") from error
+    if kind == "llada":
+        mask_id = LLADA_MASK_ID
+    else:
+        mask_id = tokenizer.mask_token_id
+        if mask_id is None:
+            raise CheckpointError(f"the tokenizer of {name_or_path} has no mask token: a masked diffusion "
+                                  "model needs one")
+    wrapped = HFMaskedDiffusion(model.to(device).eval(), mask_id, shift=kind == "dream", kind=kind)
+    return wrapped, tokenizer
+
+
+def load_causal_lm(
+    name_or_path: str,
+    *,
+    trust_remote_code: bool = False,
+    dtype: str = "float32",
+    device: str = "cpu",
+    local_files_only: bool | None = None,
+) -> tuple[HFCausalLM, Any]:
+    """Tokenizer and wrapped AutoModelForCausalLM for NTP baselines (pad id: the tokenizer's, else EOS, else 0)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
+                                                     **_dtype_kwarg(dtype))
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {first}") from error
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return HFCausalLM(model.to(device).eval(), pad_id=pad if pad is not None else 0), tokenizer
