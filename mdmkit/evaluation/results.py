@@ -118,7 +118,3 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                 warnings.warn(f"{path}:{number}: skipping a torn results line", stacklevel=2)
     return rows
 
-
-def done_keys(path: str | Path) -> set[str]:
-    return {row["key"] for row in read_records(path) if "key" in row}
-
