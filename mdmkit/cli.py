@@ -1,4 +1,4 @@
-"""Console entry points (`mdmkit-train`, `mdmkit-evaluate`; `train.py`/`evaluate.py` at the repo root)."""
+"""Console entry points (`mdmkit-train`, `mdmkit-evaluate`, `mdmkit-lm-eval`; `train.py`/`evaluate.py` at the root)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def evaluate(cfg: DictConfig) -> None:
         run_evaluation(cfg, Path(HydraConfig.get().runtime.output_dir))
     except MdmkitError as error:
         _fail(error)
+
+
+def lm_eval() -> None:
+    """lm-eval's own command line with the `mdmkit` model registered (lm-eval has no plugin hook for models)."""
+    import mdmkit.evaluation.lm_eval_model  # noqa: F401 -- registers --model mdmkit
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()

@@ -41,6 +41,8 @@ def _matches(value: Any, annotation: Any) -> bool:
         args = typing.get_args(annotation)
         if not isinstance(value, (tuple, list)):
             return False
+        if origin is list and args:  # list[X]: any length, every item an X
+            return all(_matches(v, args[0]) for v in value)
         if len(args) == 2 and args[1] is Ellipsis:
             return all(_matches(v, args[0]) for v in value)
         return not args or (len(args) == len(value) and all(map(_matches, value, args)))

@@ -6,6 +6,7 @@ Rows whose key is already in the results file are skipped, so a killed sweep res
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tqdm import tqdm
 
 from mdmkit.checkpoint import TrainedModel
 from mdmkit.config import build, require, to_container
+from mdmkit.evaluation.pareto import derive_family, plot_fronts
 from mdmkit.evaluation.results import (
     append_record,
     file_fingerprint,
@@ -22,12 +24,13 @@ from mdmkit.evaluation.results import (
     read_records,
     row_key,
 )
-from mdmkit.evaluation.pareto import derive_family, plot_fronts
 from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob, expand
+from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint
 from mdmkit.evaluation.tracking import log_rows
 from mdmkit.samplers import MaskedSampler
-from mdmkit.tasks.base import PuzzleTask, Split
+from mdmkit.tasks.base import PuzzleTask
+from mdmkit.tasks.text import TextTask
 
 
 def resolve_device(name: str) -> torch.device:
@@ -67,18 +70,16 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
 
 
 class _Rows:
-    """Builds results rows for one (checkpoint, task) pair: keys, provenance and shared context."""
+    """Builds results rows for one (model, task) pair: keys, provenance and shared context."""
 
-    def __init__(self, cfg: DictConfig, trained: TrainedModel, task: PuzzleTask) -> None:
-        self.checkpoint_sha = file_fingerprint(str(trained.path))
-        data = {"task": task.fingerprint(),
-                "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
+    def __init__(self, cfg: DictConfig, checkpoint: str, checkpoint_sha: str, task_name: str, data: dict,
+                 weights: str, train_config: dict | None) -> None:
         # batch_size is part of it: with temperature > 0 the random draws depend on how rows are batched
-        self.measurement = {"checkpoint": self.checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
+        self.measurement = {"checkpoint": checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
                             "batch_size": cfg.batch_size}
-        self.common = {"checkpoint": str(trained.path), "checkpoint_sha": self.checkpoint_sha, "weights": "ema",
-                       "task": task.name, "seed": cfg.seed, "limit": cfg.limit}
-        self.context = {**provenance(), "config": to_container(cfg), "train_config": trained.config}
+        self.common = {"checkpoint": checkpoint, "checkpoint_sha": checkpoint_sha, "weights": weights,
+                       "task": task_name, "seed": cfg.seed, "limit": cfg.limit}
+        self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
     def key(self, kind: str, sampler: dict[str, Any]) -> str:
         return row_key(kind=kind, sampler=sampler, **self.measurement)
@@ -89,36 +90,74 @@ class _Rows:
                 "family": derive_family({"kind": kind, "sampler": sampler}), "params": params, **summary, **self.context}
 
 
-def _run_job(job: SweepJob, cfg: DictConfig, network: torch.nn.Module, task: PuzzleTask, test: Split,
-             rows: _Rows) -> list[dict]:
+Measure = Callable[[MaskedSampler, SweepJob], EvalResult]
+
+
+def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows) -> list[dict]:
     sampler = build(job.sampler, "sampler")
-    result = sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle)
+    result = measure(sampler, job)
     summary = result.summary()
     made = [rows.row("evaluate", job.sampler, summary)]
-    print(f"[{task.name}] {made[0]['family']}: {format_summary(summary)}")
+    print(f"[{task_name}] {made[0]['family']}: {format_summary(summary)}")
     if result.oracle_nfe is not None:
         # the floor as a sampler of its own, so fronts and tables can draw it beside the real samplers
         floor = {**summary, "nfe_mean": summary["oracle_nfe_mean"], "nfe_median": summary["oracle_nfe"]["p50"],
                  "nfe": summary["oracle_nfe"], "cost_mean": summary["oracle_nfe_mean"], "wall_time_s": None,
                  "tokens_per_s": None}
         made.append(rows.row("oracle", {"name": "oracle", "reference": job.sampler}, floor))
-        print(f"[{task.name}] oracle floor of that trajectory: NFE mean {summary['oracle_nfe_mean']:.2f}")
+        print(f"[{task_name}] oracle floor of that trajectory: NFE mean {summary['oracle_nfe_mean']:.2f}")
     return [append_record(cfg.results_file, row) for row in made]
+
+
+def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None) -> tuple[str, _Rows, Measure]:
+    """A trained mdmkit checkpoint on a generated puzzle task (its own, or `task=` with the same vocabulary)."""
+    trained = TrainedModel(cfg.ckpt)
+    task = task if task is not None else trained.task
+    network = trained.network(task).to(resolve_device(cfg.device))
+    data = {"task": task.fingerprint(),
+            "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
+    rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, "ema", trained.config)
+    test = task.load_splits()["test"].head(cfg.limit)  # once: every sampler sees the same examples
+
+    def measure(sampler: MaskedSampler, job: SweepJob) -> EvalResult:
+        return sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle)
+
+    return task.name, rows, measure
+
+
+def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
+    """A Hugging Face model (`ckpt` = directory or hub name, `hf.kind`) on GSM8K / HumanEval / MBPP."""
+    hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
+    if cfg.limit is not None:
+        task.limit = cfg.limit
+    model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
+    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None)
+    generations = Path(cfg.results_file).parent / "generations"
+
+    def measure(sampler: MaskedSampler, job: SweepJob) -> EvalResult:
+        require(not job.oracle, "oracle=true is defined for puzzle tasks only")
+        file = generations / f"{task.name}-{rows.key('evaluate', job.sampler)}.jsonl"
+        result = evaluate_text_task(model, task, None if model.causal else sampler, cfg.batch_size, cfg.seed, file)
+        print(f"[{task.name}] generations: {file}")
+        return result
+
+    return task.name, rows, measure
 
 
 def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict[str, Any]]:
     """Evaluate every sampler of the run (one, or a sweep's grid); returns the rows, new and resumed."""
-    require(cfg.ckpt is not None, "ckpt=... is required: a Lightning .ckpt or a slim model.pt")
+    require(cfg.ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
+                                  "model directory or hub name")
     require(cfg.batch_size >= 1, f"batch_size={cfg.batch_size} must be >= 1")
     require(cfg.limit is None or cfg.limit >= 1, f"limit={cfg.limit} must be >= 1 or null")
     jobs = expand(cfg.sweep) if cfg.get("sweep") else [SweepJob(to_container(cfg.sampler), bool(cfg.oracle))]
     for job in jobs:
         build(job.sampler, "sampler")  # every sampler is valid before the model is even loaded
-    trained = TrainedModel(cfg.ckpt)
-    task = build(cfg.task, "task") if cfg.get("task") is not None else trained.task
-    network = trained.network(task).to(resolve_device(cfg.device))
-    rows = _Rows(cfg, trained, task)
-    test = task.load_splits()["test"].head(cfg.limit)  # once: every sampler sees the same examples
+    task = build(cfg.task, "task") if cfg.get("task") is not None else None
+    if isinstance(task, TextTask):
+        task_name, rows, measure = _text_setup(cfg, task)
+    else:
+        task_name, rows, measure = _puzzle_setup(cfg, task)
     finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume else {}
 
     collected: list[dict[str, Any]] = []
@@ -128,14 +167,14 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
             keys.append(rows.key("oracle", {"name": "oracle", "reference": job.sampler}))
         if all(k in finished for k in keys):
             done = finished[keys[0]]
-            print(f"[{task.name}] {done['family']}: already in {cfg.results_file} (resume=false re-runs it): "
+            print(f"[{task_name}] {done['family']}: already in {cfg.results_file} (resume=false re-runs it): "
                   f"accuracy {done['accuracy']:.4f}, NFE mean {done['nfe_mean']:.2f}")
             collected += [finished[k] for k in keys]
             continue
-        collected += _run_job(job, cfg, network, task, test, rows)
+        collected += _run_job(job, cfg, task_name, measure, rows)
     if len(jobs) > 1:
         print(summary_table(collected))
-    name = f"{task.name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"
+    name = f"{task_name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"
     plot = None
     if len(jobs) > 1 and output_dir is not None:
         plot = plot_fronts(collected, output_dir / "pareto.png", title=f"{name}: accuracy vs NFE")

@@ -11,6 +11,7 @@ measured with the same NFE accounting (one forward per generated token per unfin
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,11 +124,13 @@ class HFCausalLM(nn.Module):
         max_new_tokens: int,
         stop_ids: list[int] | set[int] | None = None,
         attention_mask: torch.Tensor | None = None,
+        stop_when: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding with the KV cache over a left-padded batch `prompt_ids` [B, P].
 
         Returns the generated tokens [B, T] (T <= max_new_tokens; a row's stop token is kept and everything
-        after it is `pad_id`) and each row's NFE [B]: one forward per token it generated. Finished rows stay in
+        after it is `pad_id`) and each row's NFE [B]: one forward per token it generated. `stop_when` maps the
+        tokens generated so far [B, t] to rows that are finished (e.g. a stop phrase in the decoded text). Finished rows stay in
         the batch (reordering the cache is not worth it for a baseline) but are no longer charged, since a
         sampler that dropped them would not pay for them either.
         """
@@ -149,6 +152,8 @@ class HFCausalLM(nn.Module):
             token = torch.where(done, self.pad_id, token)
             generated.append(token)
             done = done | torch.isin(token, stops)
+            if stop_when is not None:
+                done = done | stop_when(torch.stack(generated, 1)).to(device)
             if bool(done.all()):
                 break
             inputs = token[:, None]

@@ -10,8 +10,8 @@ from mdmkit.samplers.masked import (
     ThresholdSampler,
     TopKSampler,
 )
-from mdmkit.samplers.p2 import P2Sampler
 from mdmkit.samplers.oracle import oracle_floor
+from mdmkit.samplers.p2 import P2Sampler
 from mdmkit.samplers.stopping import StopCondition
 
 __all__ = [

@@ -7,7 +7,8 @@ reported both inside the total cost and on their own.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

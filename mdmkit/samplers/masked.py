@@ -8,9 +8,10 @@ Semi-autoregressive decoding restricts eligibility to the current block of `bloc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -6,7 +6,7 @@ sampling the rest would only cost forward passes whose output is cut away.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,4 +38,32 @@ class StopCondition:
             target = torch.tensor(seq, device=tokens.device)
             match = (tokens.unfold(1, width, 1) == target).all(-1)
             done |= (match & settled[:, : match.shape[1]]).any(1)
+        return done
+
+
+@dataclass(frozen=True)
+class TextStop:
+    """generate_until on decoded text: a row is finished once its settled answer prefix contains a stop phrase.
+
+    Token-sequence matching misses stop phrases that tokenize differently in context ("\\n\\n\\n" can merge with
+    its neighbours) and cannot express templates such as GSM8K's "The answer is %d."; decoding the settled prefix
+    (the answer positions before the first mask) and matching text handles both. `decode` maps token ids to text.
+    """
+
+    phrases: tuple[str, ...]
+    decode: Callable[[list[int]], str]
+
+    def __post_init__(self) -> None:
+        if not self.phrases or any(not p for p in self.phrases):
+            raise ValueError("stop phrases must be non-empty strings")
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+        from mdmkit.tasks.extraction import find_stop  # text utilities live with the tasks
+
+        masked = answer & (tokens == mask_id)
+        settled = answer & (masked.long().cumsum(1) == 0)  # answer positions before the row's first mask
+        done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        for row in range(tokens.shape[0]):
+            text = self.decode(tokens[row][settled[row]].tolist())
+            done[row] = find_stop(text, self.phrases) is not None
         return done

@@ -85,25 +85,31 @@ def _stop_regex(stop: str) -> re.Pattern[str]:
     return re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)".join(parts))
 
 
+def find_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Where text is cut by its earliest stop phrase (see `truncate_at_stop`), or None if none occurs."""
+    cut = None
+    for stop in stops:
+        if not stop:
+            continue
+        if "%d" in stop:
+            match = _stop_regex(stop).search(text)
+            position = match.end() if match else None
+        else:
+            index = text.find(stop)
+            position = index if index != -1 else None
+        if position is not None and (cut is None or position < cut):
+            cut = position
+    return cut
+
+
 def truncate_at_stop(text: str, stops: Sequence[str]) -> str:
     """Cut text at the earliest stop phrase, mimicking generate_until on a fixed-length canvas.
 
     A literal stop is removed together with everything after it. A template stop containing "%d" (GSM8K's
     "The answer is %d.") is kept, because the matched phrase is the answer itself; only what follows is cut.
     """
-    cut = len(text)
-    for stop in stops:
-        if not stop:
-            continue
-        if "%d" in stop:
-            match = _stop_regex(stop).search(text)
-            if match and match.start() < cut:
-                cut = match.end()
-        else:
-            index = text.find(stop)
-            if index != -1 and index < cut:
-                cut = index
-    return text[:cut]
+    cut = find_stop(text, stops)
+    return text if cut is None else text[:cut]
 
 
 def _defines(code: str, entry_point: str) -> re.Match[str] | None:

@@ -1,0 +1,177 @@
+"""mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
+
+`model_args`: `ckpt` (a Hugging Face model directory or hub name), `kind` (generic | llada | dream | causal),
+`sampler` (any name under `mdmkit/conf/sampler/`), and every field of that sampler (`gamma`, `k`, `tau`,
+`ordering`, `block_length`, ...). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a
+request gives no `max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).
+
+lm-eval 0.4 has no plugin hook for third-party models, so the model is registered when this module is imported:
+the `mdmkit-lm-eval` console script (lm-eval's own CLI, same arguments) imports it first; from Python, import
+this module before `lm_eval.simple_evaluate(model="mdmkit", ...)`.
+
+`generate_until` stops rows during sampling once their `until` strings appear in settled text. `loglikelihood`
+for masked models is a Monte-Carlo estimate of the ELBO (a lower bound on log p, see `masked_elbo`), for
+causal models the exact sum of token log-probabilities. `loglikelihood_rolling` is refused for masked models.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from mdmkit.config import build, require
+from mdmkit.errors import ConfigError
+from mdmkit.evaluation.generation import TextModel, generate
+from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
+
+_MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
+
+
+def sampler_from_args(name: str, overrides: dict[str, Any]):
+    """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated."""
+    path = files("mdmkit.conf") / "sampler" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.name.removesuffix(".yaml") for p in (files("mdmkit.conf") / "sampler").iterdir()
+                       if p.name.endswith(".yaml"))
+        raise ConfigError(f"sampler={name}: no such sampler (known: {', '.join(known)})")
+    node = OmegaConf.merge(OmegaConf.load(str(path)), overrides)
+    return build(node, "sampler"), OmegaConf.to_container(node)
+
+
+@torch.no_grad()
+def masked_elbo(network: torch.nn.Module, mask_id: int, context: list[int], continuation: list[int],
+                samples: int, generator: torch.Generator) -> float:
+    """Monte-Carlo ELBO of log p(continuation | context) for a masked diffusion model.
+
+    Each sample draws a count l ~ U{1..C} of the C continuation tokens, masks l of them uniformly, and scores
+    (C / l) * sum of log p(true token) over the masked ones; the mean over samples estimates the bound
+    E_l E_mask [C/l sum log p], the lower-variance form of the 1/t-weighted ELBO (LLaDA, Nie et al. 2025).
+    """
+    device = next(network.parameters()).device
+    total = len(continuation)
+    sequence = torch.tensor(context + continuation, device=device)
+    start = len(context)
+    counts = torch.randint(1, total + 1, (samples,), generator=generator, device=generator.device).to(device)
+    scores = torch.rand(samples, total, generator=generator, device=generator.device).to(device)
+    ranks = scores.argsort(1).argsort(1)
+    hidden = ranks < counts[:, None]  # exactly l random continuation positions per sample
+    batch = sequence.repeat(samples, 1)
+    batch[:, start:] = torch.where(hidden, mask_id, batch[:, start:])
+    logp = torch.log_softmax(network(batch)[:, start:].float(), -1)
+    target = logp.gather(-1, sequence[start:].expand(samples, -1)[..., None])[..., 0]
+    per_sample = (target * hidden).sum(1) * total / counts
+    return float(per_sample.mean())
+
+
+@register_model("mdmkit")
+class MdmkitLM(LM):
+    def __init__(self, ckpt: str | None = None, sampler: str = "eb", kind: str = "generic", device: str = "auto",
+                 batch_size: int | str = 8, max_batch_size: int | None = None, gen_length: int = 256,
+                 mc_samples: int = 32, seed: int = 0, nfe_file: str | None = None, **extra: Any) -> None:
+        super().__init__()
+        require(ckpt is not None, "model_args needs ckpt=<Hugging Face model directory or hub name>")
+        require(isinstance(batch_size, int) or str(batch_size).isdigit(),
+                f"batch_size={batch_size}: give a number (auto is not supported)")
+        require(mc_samples >= 1, f"mc_samples={mc_samples} must be >= 1")
+        require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
+        model_args = {k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS}
+        config = HFModelConfig(kind=kind, **model_args)
+        self.sampler, self.sampler_config = (None, {"name": "ntp_greedy"}) if kind == "causal" else (
+            sampler_from_args(sampler, extra))
+        if kind == "causal" and extra:
+            raise ConfigError(f"sampler options {sorted(extra)} do not apply to kind=causal (greedy decoding)")
+        if device == "auto" or (str(device).startswith("cuda") and not torch.cuda.is_available()):
+            if device != "auto":  # lm-eval's CLI asks for cuda by default, also on CPU-only machines
+                print(f"[mdmkit] device={device} is not available here; running on cpu")
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model: TextModel = load_text_model(ckpt, config, device)
+        self.batch_size_per_call = int(batch_size)
+        self.gen_length, self.mc_samples, self.seed = gen_length, mc_samples, seed
+        self.nfe_file = Path(nfe_file) if nfe_file else None
+        self.nfe_records: list[dict[str, Any]] = []
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Batches requests that share generation settings; each result is cut at its `until` strings."""
+        groups: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(json.dumps(self._settings(request.args[1]), sort_keys=True), []).append(i)
+        outputs: list[str] = [""] * len(requests)
+        for key, indices in groups.items():
+            settings = json.loads(key)
+            prompts = [requests[i].args[0] for i in indices]
+            made = generate(self.model, prompts, self.sampler, settings["max_gen_toks"], settings["until"],
+                            batch_size=self.batch_size_per_call, seed=self.seed, progress=not disable_tqdm)
+            for j, i in enumerate(indices):
+                outputs[i] = made.texts[j]
+                self.nfe_records.append({"request": i, "nfe": int(made.nfe[j]),
+                                         "nfe_to_stop": int(made.nfe_to_stop[j]), "sampler": self.sampler_config})
+        self._report()
+        return outputs
+
+    def _settings(self, gen_kwargs: dict[str, Any]) -> dict[str, Any]:
+        until = gen_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        eos = self.model.tokenizer.eos_token
+        if eos and eos not in until:
+            until.append(eos)  # as lm-eval's HF model does
+        if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature", 0.0) or 0.0) > 0:
+            raise ConfigError("request asks for sampling (do_sample/temperature): set it through the sampler's "
+                              "temperature in model_args instead")
+        return {"until": until, "max_gen_toks": int(gen_kwargs.get("max_gen_toks", self.gen_length))}
+
+    def _report(self) -> None:
+        if not self.nfe_records:
+            return
+        nfe = np.array([r["nfe"] for r in self.nfe_records])
+        to_stop = np.array([r["nfe_to_stop"] for r in self.nfe_records])
+        print(f"[mdmkit] {len(nfe)} generations: NFE mean {nfe.mean():.2f}, to the stop point {to_stop.mean():.2f}")
+        if self.nfe_file is not None:
+            self.nfe_file.parent.mkdir(parents=True, exist_ok=True)
+            self.nfe_file.write_text("".join(json.dumps(r) + "\n" for r in self.nfe_records))
+
+    # -- likelihoods ---------------------------------------------------------------------------
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """(log p estimate, is_greedy); masked models: Monte-Carlo ELBO, greedy flag always False."""
+        tokenizer, network = self.model.tokenizer, self.model.network
+        generator = torch.Generator().manual_seed(self.seed)
+        results = []
+        for request in tqdm(requests, disable=disable_tqdm, desc="loglikelihood"):
+            context, continuation = request.args
+            whole = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
+            head = tokenizer(context, add_special_tokens=False)["input_ids"]
+            split = len(head) if whole[: len(head)] == head else len(whole) - len(
+                tokenizer(continuation, add_special_tokens=False)["input_ids"])
+            context_ids, continuation_ids = whole[:split], whole[split:]
+            require(len(continuation_ids) > 0, "loglikelihood needs a non-empty continuation")
+            if self.model.causal:
+                results.append(self._causal_loglikelihood(context_ids, continuation_ids))
+            else:
+                score = masked_elbo(network, network.mask_id, context_ids, continuation_ids, self.mc_samples,
+                                    generator)
+                results.append((score, False))
+        return results
+
+    @torch.no_grad()
+    def _causal_loglikelihood(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+        device = next(self.model.network.parameters()).device
+        sequence = torch.tensor([(context or [self.model.pad_id]) + continuation], device=device)
+        logits = self.model.network(sequence)[0, -len(continuation) - 1: -1].float()
+        logp = torch.log_softmax(logits, -1)
+        target = torch.tensor(continuation, device=device)
+        greedy = bool((logits.argmax(-1) == target).all())
+        return float(logp.gather(-1, target[:, None]).sum()), greedy
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        raise NotImplementedError(
+            "mdmkit: loglikelihood_rolling (perplexity tasks) is not implemented: a masked diffusion model has "
+            "no left-to-right factorisation to roll over; use generation tasks or loglikelihood (ELBO) tasks")

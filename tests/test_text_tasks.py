@@ -1,0 +1,232 @@
+"""GSM8K / HumanEval / MBPP tasks, text stop conditions and prompted generation on tiny local models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BENCHMARK_DATA, compose_config
+
+pytest.importorskip("transformers")
+
+from mdmkit.config import build
+from mdmkit.errors import ConfigError, DataFormatError
+from mdmkit.evaluation.generation import TextModel, generate
+from mdmkit.evaluation.sandbox import ENV_VAR
+from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
+from mdmkit.samplers import EBSampler, ThresholdSampler, TopKSampler
+from mdmkit.samplers.stopping import TextStop
+from mdmkit.tasks.code import HumanEvalTask, MBPPTask
+from mdmkit.tasks.gsm8k import GSM8KTask, worked_solution
+from tiny_text_models import byte_level_tokenizer, save_causal_lm, save_masked_lm
+
+needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "mbpp.jsonl").exists(),
+                                reason=f"benchmark data not found: {BENCHMARK_DATA}")
+DATA = str(BENCHMARK_DATA)
+
+
+@pytest.fixture(scope="module")
+def masked_dir(tmp_path_factory) -> Path:
+    return save_masked_lm(tmp_path_factory.mktemp("masked"))
+
+
+@pytest.fixture(scope="module")
+def causal_dir(tmp_path_factory) -> Path:
+    return save_causal_lm(tmp_path_factory.mktemp("causal"))
+
+
+# -- prompts ----------------------------------------------------------------------------------------
+def test_worked_solution_drops_calculator_notes_and_ends_with_the_stop_phrase():
+    gold = "Natalia sold 48/2 = <<48/2=24>>24 clips.\nThen 48+24 = <<48+24=72>>72.\n#### 72"
+    assert worked_solution(gold) == "Natalia sold 48/2 = 24 clips. Then 48+24 = 72. The answer is 72."
+
+
+@needs_data
+def test_gsm8k_prompts_in_both_styles():
+    eb = GSM8KTask(data_dir=DATA, limit=3)
+    prompt = eb.prompts()[0]
+    assert prompt.count("Question:") == 9 and prompt.count("The answer is") == 8  # 8 shots + the question
+    assert prompt.startswith("Question: Natalia sold clips") and prompt.endswith("\nAnswer:")
+    assert "<<" not in prompt and "####" not in prompt
+    assert eb.stop_phrases == ["The answer is %d."]
+    lm_eval = GSM8KTask(data_dir=DATA, style="lm_eval", shots=5, stop=["Question:"], limit=3)
+    prompt = lm_eval.prompts()[0]
+    assert prompt.count("Question:") == 6 and prompt.count("####") == 5
+    assert len(eb.docs("test")) == 3 and len(GSM8KTask(data_dir=DATA).docs("test")) == 1319
+
+
+@needs_data
+def test_mbpp_splits_by_task_id_and_builds_begin_done_prompts():
+    task = MBPPTask(data_dir=DATA)
+    docs = task.docs("test")
+    assert len(docs) == 500 and docs[0]["task_id"] == 11 and docs[-1]["task_id"] == 510
+    prompt = task.prompts()[0]
+    assert prompt.count("[BEGIN]") == 5 and prompt.count("[DONE]") == 4 and prompt.endswith("[BEGIN]\n")
+    assert "\r" not in prompt
+    three = MBPPTask(data_dir=DATA, shots=3, fewshot_ids=[2, 3, 4], limit=1)
+    assert three.prompts()[0].count("[DONE]") == 3
+    assert task.stop_phrases == ["[DONE]"]
+
+
+@needs_data
+def test_humaneval_prompt_is_the_signature_and_stops_follow_the_model_family():
+    task = HumanEvalTask(data_dir=DATA, limit=2)
+    assert task.prompts()[0] == task.docs("test")[0]["prompt"]
+    assert task.stop_phrases == ["<|endoftext|>", "\n\n\n"]
+    assert HumanEvalTask(data_dir=DATA, stop_family="dream").stop_phrases == ["<|endoftext|>", "```\n"]
+
+
+@needs_data
+def test_reference_answers_score_correct_and_junk_scores_wrong(monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "1")
+    gsm = GSM8KTask(data_dir=DATA, limit=2)
+    docs = gsm.docs("test")
+    gold = [worked_solution(d["answer"]) for d in docs]
+    assert [v.correct for v in gsm.score(docs, gold)] == [True, True]
+    assert [v.correct for v in gsm.score(docs, ["no idea", "The answer is 0."])] == [False, False]
+
+    human = HumanEvalTask(data_dir=DATA, limit=2)
+    docs = human.docs("test")
+    verdicts = human.score(docs, [d["canonical_solution"] for d in docs])
+    assert all(v.correct for v in verdicts), verdicts
+    assert not human.score(docs[:1], ["    while True:\n        pass\n"])[0].correct
+
+    mbpp = MBPPTask(data_dir=DATA, limit=2, sandbox_timeout_s=5.0)
+    docs = mbpp.docs("test")
+    assert all(v.correct for v in mbpp.score(docs, [d["code"] + "\n[DONE]" for d in docs]))
+    wrong = mbpp.score(docs[:1], ["def f():\n    return 1\n"])[0]
+    assert not wrong.correct and wrong.detail
+
+
+def test_bad_task_configs_fail_with_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="shots"):
+        GSM8KTask(shots=-1)
+    with pytest.raises(ConfigError, match="stop_family"):
+        GSM8KTask(stop_family="gpt")
+    with pytest.raises(ConfigError, match="data_dir"):
+        GSM8KTask(data_dir=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="0-shot"):
+        HumanEvalTask(shots=2)
+    with pytest.raises(ConfigError, match="fewshot_ids"):
+        MBPPTask(fewshot_ids=[20])
+    with pytest.raises(DataFormatError, match="gsm8k_test.jsonl"):
+        GSM8KTask(data_dir=str(tmp_path)).docs("test")  # a directory without the benchmark files
+
+
+@needs_data
+def test_task_configs_compose_with_local_data(monkeypatch):
+    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", DATA)
+    for name, kind in (("gsm8k", GSM8KTask), ("gsm8k_lm_eval", GSM8KTask), ("humaneval", HumanEvalTask),
+                       ("mbpp", MBPPTask), ("mbpp_lm_eval", MBPPTask)):
+        cfg = compose_config("evaluate", [f"task={name}"])
+        task = build(cfg.task, "task")
+        assert isinstance(task, kind) and task.data_dir == DATA
+    assert build(compose_config("evaluate", ["task=mbpp_lm_eval"]).task, "task").shots == 3
+
+
+# -- stopping and generation ------------------------------------------------------------------------
+class ScriptedMaskedLM(torch.nn.Module):
+    """Predicts a fixed answer with certainty: every position's logits are one-hot on its scripted token."""
+
+    def __init__(self, answer: list[int], prompt_length: int, vocab: int, mask_id: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.answer, self.prompt_length, self.vocab, self.mask_id = answer, prompt_length, vocab, mask_id
+
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        logits = torch.zeros(*tokens.shape, self.vocab)
+        for i, token in enumerate(self.answer):
+            logits[:, self.prompt_length + i, token] = 30.0
+        return logits
+
+
+def test_text_stop_needs_the_phrase_settled_and_everything_before_it():
+    tokenizer = byte_level_tokenizer()
+    ids = tokenizer("so The answer is 42. junk", add_special_tokens=False)["input_ids"]
+    stop = TextStop(("The answer is %d.",), tokenizer.decode)
+    mask = tokenizer.mask_token_id
+    tokens = torch.tensor([ids, ids, [mask] + ids[1:]])
+    cut = len(ids) - len(tokenizer(" junk", add_special_tokens=False)["input_ids"])
+    tokens[1, cut - 1] = mask  # the "." still masked: the number could still grow
+    answer = torch.ones_like(tokens, dtype=torch.bool)
+    assert stop.met(tokens, answer, mask).tolist() == [True, False, False]
+    with pytest.raises(ValueError):
+        TextStop((), tokenizer.decode)
+
+
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_generation_stops_at_the_phrase_and_counts_forwards_to_it(stop_early):
+    tokenizer = byte_level_tokenizer()
+    prompt = "Question: 6 times 7?\nAnswer:"
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    answer = tokenizer(" The answer is 42. Question: junk junk", add_special_tokens=False)["input_ids"]
+    upto = len(tokenizer(" The answer is 42.", add_special_tokens=False)["input_ids"])
+    network = ScriptedMaskedLM(answer, len(prompt_ids), len(tokenizer), tokenizer.mask_token_id)
+    model = TextModel(network, tokenizer)
+    sampler = TopKSampler(k=1, stop_early=stop_early)  # equal confidences: left to right, one token per pass
+    made = generate(model, [prompt], sampler, len(answer), ["The answer is %d."], progress=False)
+    assert made.texts == [" The answer is 42."]
+    assert made.nfe_to_stop.tolist() == [upto]
+    assert made.nfe.tolist() == [upto if stop_early else len(answer)]
+
+
+def test_batched_generation_equals_one_prompt_at_a_time(masked_dir):
+    model = load_text_model(str(masked_dir), HFModelConfig(), "cpu")
+    prompts = ["def add(a, b):\n", "Question: a much longer prompt with many more tokens in it?\nAnswer:", "x"]
+    for sampler in (TopKSampler(k=2), EBSampler(gamma=0.5), ThresholdSampler(tau=0.3, block_length=4)):
+        batched = generate(model, prompts, sampler, 8, ["\n\n\n"], batch_size=3, progress=False)
+        alone = [generate(model, [p], sampler, 8, ["\n\n\n"], batch_size=1, progress=False) for p in prompts]
+        assert batched.raw == [a.raw[0] for a in alone]
+        assert batched.nfe.tolist() == [int(a.nfe[0]) for a in alone]
+
+
+def test_prompts_longer_than_max_length_lose_their_start(masked_dir):
+    model = load_text_model(str(masked_dir), HFModelConfig(max_length=12), "cpu")
+    ids = model.encode_prompt("one two three four five six seven eight nine ten eleven", False, 4)
+    assert len(ids) == 8
+    assert model.decode(ids).endswith("eleven")
+    with pytest.raises(ValueError, match="no room"):
+        model.encode_prompt("x", False, 12)
+
+
+def test_causal_baseline_decodes_greedily_with_one_forward_per_token(causal_dir):
+    model = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
+    made = generate(model, ["def add(a, b):\n", "x"], None, 6, ["\n\n\n"], batch_size=2, progress=False)
+    assert made.nfe.max() <= 6 and (made.nfe >= 1).all()
+    assert (made.nfe == made.nfe_to_stop).all()
+
+
+# -- evaluate.py ------------------------------------------------------------------------------------
+@needs_data
+@pytest.mark.parametrize("task", ["gsm8k", "humaneval", "mbpp"])
+def test_evaluate_runs_text_tasks_end_to_end_with_a_tiny_model(task, masked_dir, tmp_path, monkeypatch):
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    monkeypatch.setenv(ENV_VAR, "1")
+    shots = {"gsm8k": ["task.shots=1"], "humaneval": [], "mbpp": ["task.shots=1"]}[task]
+    cfg = compose_config("evaluate", [
+        f"task={task}", f"task.data_dir={DATA}", "task.max_gen_len=8", *shots, f"ckpt={masked_dir}",
+        "limit=2", "batch_size=2", "sampler=eb", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
+        "wandb.mode=disabled"])
+    rows = run_evaluation(cfg, tmp_path)
+    assert len(rows) == 1 and rows[0]["task"] == task and rows[0]["n"] == 2
+    assert rows[0]["family"].startswith("eb") and rows[0]["nfe_mean"] >= 1
+    lines = [json.loads(x) for x in (tmp_path / "generations" / f"{task}-{rows[0]['key']}.jsonl").read_text()
+             .splitlines()]
+    assert len(lines) == 2 and {"generation", "correct", "nfe"} <= set(lines[0])
+    again = run_evaluation(cfg, tmp_path)  # resumed from the results file, not re-run
+    assert again[0]["key"] == rows[0]["key"] and again[0]["time"] == rows[0]["time"]
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1
+
+
+@needs_data
+def test_evaluate_causal_baseline_on_gsm8k(causal_dir, tmp_path):
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    cfg = compose_config("evaluate", [
+        "task=gsm8k", f"task.data_dir={DATA}", "task.max_gen_len=6", "task.shots=1", f"ckpt={causal_dir}",
+        "hf.kind=causal", "limit=2", "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+    rows = run_evaluation(cfg, tmp_path)
+    assert rows[0]["weights"] == "causal" and rows[0]["nfe"]["max"] <= 6
