@@ -65,9 +65,11 @@ def derive_family(row: Mapping[str, Any]) -> str:
         return ORACLE
     target = sampler.get("_target_")
     if target:
-        name = str(target).rsplit(".", 1)[-1].removesuffix("Sampler").lower()
+        name = str(target).rsplit(".", 1)[-1].removesuffix("Sampler").removesuffix("Decoder").lower()
     else:
         name = str(sampler.get("name", "unknown")).lower()
+    if isinstance(sampler.get("rule"), Mapping):  # a decoder that delegates reveals to a sampler (SBD)
+        return f"{name}-{derive_family({'sampler': sampler['rule']})}"
     ordering = sampler.get("ordering", sampler.get("score"))  # as results.sampler_family names new rows
     return f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
 

@@ -96,7 +96,7 @@ def sample_split(
         answer_mask = split.answer_mask[begin : begin + batch_size].to(device)
         counter = ForwardCounter(network, target.shape[0])
         prompt = target.masked_fill(answer_mask, task.mask_id)
-        sampled = sampler.sample(counter, prompt, task.mask_id, generator)
+        sampled = sampler.sample(counter, prompt, task.mask_id, generator, stop=task.stop_condition())
         predicted = sampled.tokens
         if oracle:
             oracle_start = time.perf_counter()

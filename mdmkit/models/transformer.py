@@ -7,11 +7,12 @@ so, as in the EB-Sampler paper's small DiT, the network maps a partially masked 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from mdmkit.config import Validated, require
 
@@ -52,12 +53,40 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos().repeat(1, 2), persistent=False)
         self.register_buffer("sin", angles.sin().repeat(1, 2), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        length = x.shape[-2]
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, H, L, D]; `positions` [B, L] (default 0..L-1) lets tokens share or skip positions."""
+        if positions is None:
+            cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
+        else:
+            cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
         first, second = x.chunk(2, dim=-1)
         rotated = torch.cat((-second, first), dim=-1)
-        return x * self.cos[:length] + rotated * self.sin[:length]
+        return x * cos + rotated * sin
 
+
+@dataclass
+class KVCache:
+    """Keys and values of already-processed tokens, per layer [B, H, T, D], for incremental decoding.
+
+    A forward given a cache attends to it before its own tokens; with `commit=n` it also appends the keys and
+    values of its first n tokens (the rest are queries only, e.g. a block of masks that will change).
+    """
+
+    keys: list[torch.Tensor | None]
+    values: list[torch.Tensor | None]
+
+    @classmethod
+    def empty(cls, n_layers: int) -> KVCache:
+        return cls([None] * n_layers, [None] * n_layers)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def select(self, rows: torch.Tensor) -> KVCache:
+        """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        return KVCache([pick(k) for k in self.keys], [pick(v) for v in self.values])
 
 class SelfAttention(nn.Module):
     def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
@@ -68,14 +97,29 @@ class SelfAttention(nn.Module):
         self.dropout = config.dropout
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: Any, positions: torch.Tensor | None = None,
+                cache: tuple[KVCache, int, int] | None = None) -> torch.Tensor:
+        """`attn_mask`: None, a bool tensor (True = may attend) or a FlexAttention BlockMask.
+
+        `cache` = (cache, layer index, commit): keys/values of earlier tokens come first in the key sequence.
+        """
         batch, length, width = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
-        )
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        if cache is not None:
+            store, layer, commit = cache
+            past = 0 if store.keys[layer] is None else store.keys[layer].shape[2]
+            if past:
+                k, v = torch.cat([store.keys[layer], k], 2), torch.cat([store.values[layer], v], 2)
+            if commit:
+                store.keys[layer], store.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
+        if isinstance(attn_mask, BlockMask):
+            y = flex_attention(q, k, v, block_mask=attn_mask)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
+            )
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
 
@@ -92,8 +136,9 @@ class Block(nn.Module):
             nn.Linear(config.d_model, hidden), nn.GELU(), nn.Linear(hidden, config.d_model), nn.Dropout(config.dropout)
         )
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attn(self.norm_attn(x), attn_mask)
+    def forward(self, x: torch.Tensor, attn_mask: Any, positions: torch.Tensor | None = None,
+                cache: tuple[KVCache, int, int] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm_attn(x), attn_mask, positions, cache)
         return x + self.mlp(self.norm_mlp(x))
 
 
@@ -122,14 +167,22 @@ class MaskedTransformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`attn_mask` (optional, bool, True = may attend) broadcasts to [B, heads, L, L]."""
+    def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
+                cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+        """Logits [B, L, vocab] of `tokens` [B, L].
+
+        `attn_mask` (bool, True = may attend, broadcast to [B, heads, L, cache + L]; or a BlockMask) makes
+        the same network bidirectional (MDM), causal (NTP) or anything between (SBD). `positions` [B, L]
+        gives each token its position (default 0..L-1). With `cache`, earlier tokens' keys and values are attended to
+        first, and the first `commit` tokens of this call are appended to it.
+        """
         length = tokens.shape[1]
-        if length > self.config.max_len:
-            raise ValueError(f"sequence length {length} exceeds the model's max_len={self.config.max_len}")
+        top = length if positions is None else int(positions.max()) + 1
+        if top > self.config.max_len:
+            raise ValueError(f"sequence length {top} exceeds the model's max_len={self.config.max_len}")
         x = self.embed(tokens)
         if self.position is not None:
-            x = x + self.position.weight[:length]
-        for block in self.blocks:
-            x = block(x, attn_mask)
+            x = x + (self.position.weight[:length] if positions is None else self.position(positions))
+        for index, block in enumerate(self.blocks):
+            x = block(x, attn_mask, positions, None if cache is None else (cache, index, commit))
         return self.head(self.norm(x))

@@ -12,6 +12,7 @@ from mdmkit.samplers.masked import (
 )
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
 from mdmkit.samplers.stopping import StopCondition
 
 __all__ = [
@@ -20,8 +21,10 @@ __all__ = [
     "FactorSampler",
     "ForwardCounter",
     "MaskedSampler",
+    "NTPDecoder",
     "P2Sampler",
     "RevealAllSampler",
+    "SBDSampler",
     "Sampled",
     "StepsSampler",
     "StopCondition",

@@ -30,6 +30,7 @@ import torch
 
 from mdmkit.config import require
 from mdmkit.errors import DataFormatError
+from mdmkit.samplers.stopping import StopCondition
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 
 SEP, STEP, ANSWER, END = ":", ",", "#", "$"
@@ -249,6 +250,10 @@ class ArithmeticTask(PuzzleTask):
             return None
         answer = text[:end].rpartition(ANSWER)[2]
         return int(answer) if _ANSWER.fullmatch(answer) else None
+
+    def stop_condition(self) -> StopCondition:
+        """The answer ends at the first end token: decoding may stop once it and everything before are set."""
+        return StopCondition.of([VOCAB.index(END)])
 
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Accuracy on the final answer: the chain of thought is not checked; malformed answers are wrong."""

@@ -18,6 +18,7 @@ import torch
 
 from mdmkit.config import Validated, require
 from mdmkit.errors import DataFormatError
+from mdmkit.samplers.stopping import StopCondition
 
 SPLITS = ("train", "val", "test")
 
@@ -123,6 +124,10 @@ class PuzzleTask(Validated):
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Bool [B]: whether each predicted sequence solves its puzzle."""
         raise NotImplementedError
+
+    def stop_condition(self) -> StopCondition | None:
+        """generate_until for tasks whose answers end early (an end token): samplers may stop there."""
+        return None
 
     # -- shared machinery ---------------------------------------------------------------------
     @property

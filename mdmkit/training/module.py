@@ -69,6 +69,11 @@ class MDMModule(L.LightningModule):
         require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
         self.ema = EMA(self.network, ema_decay)
 
+    def start_from(self, network: torch.nn.Module) -> None:
+        """Copy a trained network's weights in (same architecture) and restart the EMA from them."""
+        self.network.load_state_dict(network.state_dict())
+        self.ema = EMA(self.network, self.ema.decay)
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.network(tokens)
 

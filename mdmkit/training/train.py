@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
-from mdmkit.checkpoint import save_slim
+from mdmkit.checkpoint import TrainedModel, save_slim
 from mdmkit.config import build, require, to_container
 from mdmkit.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
@@ -50,6 +50,8 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     module = MDMModule(config)
+    if cfg.get("init_from") is not None:  # fine-tuning: start from a trained model's (EMA) weights
+        module.start_from(TrainedModel(cfg.init_from).network(module.task))
     sampler = build(cfg.sampler, "sampler")  # built now: a bad value must not wait for the end of training
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
     checkpoints = ModelCheckpoint(

@@ -1,0 +1,241 @@
+"""Decoding causal networks with an exact KV cache: next-token prediction and Set Block Decoding.
+
+Both fill the answer suffix of each row (the canvas is prompt + masks) and plug into the evaluation stage like
+any sampler. `NTPDecoder` is the baseline: one forward per token. `SBDSampler` (Gat et al. 2025, Alg. 2-3)
+decodes blocks of k masks: every forward runs the block with bidirectional attention inside it and causal
+attention to the cached past, and a budget rule from the sampler library (EB by default) reveals tokens until
+the block is full. The first forward of a block also processes the tokens committed since the last cache write
+(the prompt, then the previous block) and appends their keys and values, so the cache only ever holds clean
+tokens, exactly as a model that recomputed the whole prefix every time would see them (`use_cache=False` does
+that, for the tests).
+
+Rows are batched with different prompt lengths: cache entries of shorter rows are padding, hidden by a key
+mask, and every token carries its own position id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mdmkit.config import Validated, require
+from mdmkit.models.transformer import KVCache
+from mdmkit.samplers.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.masked import EBSampler, MaskedSampler, Sampled
+from mdmkit.samplers.stopping import StopCondition
+
+_FILLER = 0  # token id placed in padding slots; they are never attended to and never revealed
+
+
+def prompt_lengths(tokens: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Leading non-mask tokens per row; refuses canvases whose masks are not exactly a suffix."""
+    answer = tokens == mask_id
+    lengths = (~answer).long().cumprod(1).sum(1)
+    columns = torch.arange(tokens.shape[1], device=tokens.device)
+    if not torch.equal(answer, columns[None, :] >= lengths[:, None]):
+        raise ValueError("causal decoding fills a suffix: every row must be prompt tokens followed only by "
+                         "masks (infilling tasks such as Sudoku need a masked diffusion sampler)")
+    if bool((lengths == 0).any()):
+        raise ValueError("causal decoding needs at least one prompt token per row")
+    return lengths
+
+
+def _pad_right(rows: list[torch.Tensor], fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(len(r) for r in rows))
+    out = torch.full((len(rows), width), fill, dtype=torch.long, device=rows[0].device)
+    valid = torch.zeros((len(rows), width), dtype=torch.bool, device=rows[0].device)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+        valid[i, : len(row)] = True
+    return out, valid
+
+
+class _CausalDecodeState:
+    """The per-row bookkeeping shared by both decoders: canvas, cursor, what is cached, the KV cache."""
+
+    def __init__(self, counter: ForwardCounter, tokens: torch.Tensor, mask_id: int, use_cache: bool) -> None:
+        self.counter, self.x, self.mask_id, self.use_cache = counter, tokens.clone(), mask_id, use_cache
+        self.length = tokens.shape[1]
+        self.cursor = prompt_lengths(tokens, mask_id)  # next position to generate
+        self.cached = torch.zeros_like(self.cursor)  # positions [0, cached) are in the KV cache
+        self.n_layers = len(counter.network.blocks) if hasattr(counter.network, "blocks") else 0
+        self.cache: KVCache | None = None
+        self.cache_rows = torch.arange(0)  # batch rows of the cache, in order
+        self.cache_valid = torch.zeros(0, 0, dtype=torch.bool, device=tokens.device)
+
+    def keep_cache_rows(self, rows: torch.Tensor) -> None:
+        """Shrink the cache to `rows` (finished rows leave the batch)."""
+        if self.cache is None or torch.equal(rows.cpu(), self.cache_rows):
+            return
+        index = torch.searchsorted(self.cache_rows.to(rows.device), rows)
+        self.cache = self.cache.select(index)
+        self.cache_valid = self.cache_valid[index]
+        self.cache_rows = rows.cpu()
+
+    def forward(self, rows: torch.Tensor, block: torch.Tensor | None, block_valid: torch.Tensor | None,
+                commit: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run `rows`: uncached clean tokens (committed if `commit`), then an optional block of queries.
+
+        Returns the logits of the clean part [R, P, V] (with its validity [R, P]) and of the block [R, k, V].
+        """
+        device = self.x.device
+        # the clean tokens this pass runs: none (cached, nothing new), the uncached ones, or all (no cache)
+        start = self.cached[rows] if self.use_cache else torch.zeros_like(rows)
+        end = self.cursor[rows] if (commit or not self.use_cache) else start
+        clean_ids, clean_valid = _pad_right([self.x[r, s:e] for r, s, e in
+                                             zip(rows.tolist(), start.tolist(), end.tolist())], _FILLER)
+        if not bool(clean_valid.any()):
+            clean_ids, clean_valid = clean_ids[:, :0], clean_valid[:, :0]
+        last = self.length - 1
+        clean_pos = (start[:, None] + torch.arange(clean_ids.shape[1], device=device)).clamp(max=last)
+        parts, valid, pos = [clean_ids], [clean_valid], [clean_pos]
+        if block is not None:
+            offsets = torch.arange(block.shape[1], device=device)
+            block_pos = (self.cursor[rows][:, None] + offsets).clamp(max=last)
+            parts.append(block), valid.append(block_valid), pos.append(block_pos)
+        ids, new_valid, positions = torch.cat(parts, 1), torch.cat(valid, 1), torch.cat(pos, 1)
+        n_clean, n_new = clean_ids.shape[1], ids.shape[1]
+
+        # queries: clean tokens causally, block tokens see every clean token and the whole block
+        query_index = torch.arange(n_new, device=device)
+        allowed = query_index[None, :] <= query_index[:, None]
+        allowed[n_clean:, :] = True
+        allowed = allowed[None] & new_valid[:, None, :]
+        allowed |= torch.eye(n_new, dtype=torch.bool, device=device)[None]  # padding attends to itself
+        cache = None
+        if self.use_cache and self.cache is not None:
+            past = self.cache_valid[torch.searchsorted(self.cache_rows.to(device), rows)]
+            allowed = torch.cat([past[:, None, :].expand(-1, n_new, -1), allowed], 2)
+            cache = self.cache if torch.equal(rows.cpu(), self.cache_rows) else self.cache.select(
+                torch.searchsorted(self.cache_rows.to(device), rows))
+        if self.use_cache and commit:
+            if self.cache is None:
+                self.cache, self.cache_rows = KVCache.empty(self.n_layers), rows.cpu()
+                self.cache_valid = torch.zeros(len(rows), 0, dtype=torch.bool, device=device)
+                cache = self.cache
+            require(cache is self.cache, "internal: a committing forward must run every cached row")
+        logits = self.counter(ids, rows, attn_mask=allowed[:, None], positions=positions, cache=cache,
+                              commit=n_clean if (self.use_cache and commit) else 0)
+        if self.use_cache and commit:
+            self.cache_valid = torch.cat([self.cache_valid, clean_valid], 1)
+            self.cached[rows] = self.cursor[rows]
+        return logits[:, :n_clean], clean_valid, logits[:, n_clean:]
+
+
+@dataclass
+class NTPDecoder(Validated):
+    """Next-token prediction with a KV cache: one forward, one token (the baseline of SBD)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    use_cache: bool = True
+
+    def validate(self) -> None:
+        require(self.temperature >= 0, f"temperature={self.temperature} must be >= 0")
+        require(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]")
+
+    @torch.no_grad()
+    def sample(self, network: ForwardCounter, tokens: torch.Tensor, mask_id: int,
+               generator: torch.Generator | None = None, *, attention_mask: torch.Tensor | None = None,
+               stop: StopCondition | None = None) -> Sampled:
+        _refuse_padding(attention_mask)
+        state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
+        answer = tokens == mask_id
+        reveal_step = torch.full_like(tokens, -1)
+        steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+        while True:
+            rows = _decoding_rows(state, stop, answer, network)
+            if rows.numel() == 0:
+                return Sampled(state.x, reveal_step, steps)
+            state.keep_cache_rows(rows)
+            clean_logits, clean_valid, _ = state.forward(rows, None, None, commit=True)
+            last = clean_valid.long().sum(1) - 1
+            logits = clean_logits[torch.arange(len(rows)), last].float()
+            logits[:, mask_id] = float("-inf")
+            probs = predictive_distribution(logits[:, None], self.temperature, self.top_p)
+            token, _ = choose_tokens(probs, self.temperature, generator)
+            state.x[rows, state.cursor[rows]] = token[:, 0]
+            reveal_step[rows, state.cursor[rows]] = steps[rows]
+            state.cursor[rows] += 1
+            steps[rows] += 1
+
+
+def _refuse_padding(attention_mask: torch.Tensor | None) -> None:
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError("causal decoding takes left-aligned prompts (prompt then masks), not a padding mask")
+
+
+def _decoding_rows(state: _CausalDecodeState, stop: StopCondition | None, answer: torch.Tensor,
+                   counter: ForwardCounter) -> torch.Tensor:
+    """Rows with positions left to fill and no stop sequence yet (stopped rows get their NFE noted)."""
+    open_rows = state.cursor < state.length
+    if stop is not None:
+        met = stop.met(state.x, answer, state.mask_id)
+        counter.mark_stopped(met.nonzero().squeeze(1))
+        open_rows &= ~met
+    return open_rows.nonzero().squeeze(1)
+
+
+class _BlockNetwork:
+    """What the inner masked sampler sees: a network over the current blocks of the decoding rows."""
+
+    def __init__(self, state: _CausalDecodeState, rows: torch.Tensor, valid: torch.Tensor) -> None:
+        self.state, self.rows, self.valid, self.first = state, rows, valid, True
+
+    def __call__(self, block: torch.Tensor, rows: torch.Tensor, **_: object) -> torch.Tensor:
+        outer = self.rows[rows]
+        if self.first:  # the block's first pass also writes the clean tokens committed since the last one
+            require(len(rows) == len(self.rows), "internal: the first pass of a block runs every row")
+        _, _, logits = self.state.forward(outer, block, self.valid[rows], commit=self.first)
+        self.first = False
+        return logits
+
+    def mark_stopped(self, rows: torch.Tensor) -> None:
+        self.state.counter.mark_stopped(self.rows[rows.to(self.rows.device)])
+
+
+@dataclass
+class SBDSampler(Validated):
+    """Set Block Decoding: blocks of `block_size` masks, revealed by `rule` (any masked sampler's budget).
+
+    `block_size=1` with `rule` top-1 decodes one masked token per forward (not the NTP head: see NTPDecoder).
+    """
+
+    block_size: int = 16
+    rule: MaskedSampler = field(default_factory=lambda: EBSampler(gamma=0.1))
+    use_cache: bool = True
+
+    def validate(self) -> None:
+        require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")
+        require(isinstance(self.rule, MaskedSampler), "rule must be a masked sampler (e.g. EBSampler)")
+        require(self.rule.block_length is None, "rule.block_length must be null: SBD blocks are block_size")
+
+    @torch.no_grad()
+    def sample(self, network: ForwardCounter, tokens: torch.Tensor, mask_id: int,
+               generator: torch.Generator | None = None, *, attention_mask: torch.Tensor | None = None,
+               stop: StopCondition | None = None) -> Sampled:
+        _refuse_padding(attention_mask)
+        state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
+        answer = tokens == mask_id
+        reveal_step = torch.full_like(tokens, -1)
+        steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+        offsets = torch.arange(self.block_size, device=tokens.device)
+        while True:
+            rows = _decoding_rows(state, stop, answer, network)
+            if rows.numel() == 0:
+                return Sampled(state.x, reveal_step, steps)
+            state.keep_cache_rows(rows)
+            where = state.cursor[rows][:, None] + offsets
+            valid = where < state.length
+            block = torch.where(valid, mask_id, _FILLER)
+            inner = self.rule.sample(_BlockNetwork(state, rows, valid), block, mask_id, generator, stop=stop)
+            filled = valid & (inner.tokens != mask_id)
+            row_index = rows[:, None].expand_as(where)
+            state.x[row_index[filled], where[filled]] = inner.tokens[filled]
+            reveal_step[row_index[filled], where[filled]] = (steps[rows][:, None] + inner.reveal_step)[filled]
+            steps[rows] += inner.steps
+            unfilled = valid & (inner.tokens == mask_id)  # only after a stop inside the block
+            following = torch.where(unfilled, where, where[:, -1:] + 1).min(1).values
+            state.cursor[rows] = following.clamp(max=state.length)
