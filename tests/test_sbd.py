@@ -214,3 +214,50 @@ def test_ntp_then_sbd_fine_tuning_runs_through_train_py(tmp_path):
     missing = run_cli("train.py", "experiment=arithmetic_sbd", f"init_from={tmp_path}/none.pt", *common,
                       f"hydra.run.dir={tmp_path}/bad", cwd=tmp_path)
     assert missing.returncode != 0 and "none.pt" in missing.stderr
+
+
+# -- Hugging Face causal LMs --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    from mdmkit.models.hf import HFCausalSpec
+
+    directory = tmp_path_factory.mktemp("llama")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    return HFCausalSpec(path=str(directory), vocab_size=VOCAB, max_len=LENGTH).build().eval()
+
+
+def test_hf_causal_lm_trains_with_the_sbd_loss(llama):
+    tokens = canvas([6, 6, 6]).clamp(max=MASK - 1)
+    answer = torch.arange(LENGTH)[None].expand(3, -1) >= 6
+    llama.train()
+    loss, parts = SBDLoss(block_size=(2, 4), attention="sdpa")(llama, tokens, answer, MASK,
+                                                                  torch.Generator().manual_seed(0))
+    loss.backward()
+    assert torch.isfinite(loss) and {"ntp_ce", "matp_ce"} <= set(parts)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in llama.parameters())
+    llama.zero_grad()
+    llama.eval()
+
+
+def test_hf_block_decoding_with_the_cache_equals_recomputing(llama):
+    tokens = canvas()
+    for sampler in SAMPLERS[:2]:
+        cached, counter = decode(sampler, llama, tokens)
+        plain = type(sampler)(block_size=sampler.block_size, rule=sampler.rule, use_cache=False)
+        uncached, uncached_counter = decode(plain, llama, tokens)
+        assert torch.equal(cached.tokens, uncached.tokens)
+        assert torch.equal(counter.nfe, uncached_counter.nfe)
+
+
+def test_hf_ntp_decoding_equals_plain_causal_decoding(llama):
+    tokens = canvas()
+    with torch.no_grad():
+        reference = plain_greedy(llama, tokens)
+    for use_cache in (True, False):
+        out, counter = decode(NTPDecoder(use_cache=use_cache), llama, tokens)
+        assert torch.equal(out.tokens, reference)
+        assert counter.nfe.tolist() == [LENGTH - p for p in PROMPTS]

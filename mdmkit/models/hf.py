@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from mdmkit.config import Validated
 from mdmkit.errors import CheckpointError
+from mdmkit.models.transformer import KVCache
 
 Kind = Literal["generic", "llada", "dream"]
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id, as documented in its model card and generate.py
@@ -42,7 +45,14 @@ def key_padding(attn_mask: torch.Tensor | None, batch: int, length: int) -> torc
     return mask[:, 0, 0, :].expand(batch, length)
 
 
-def positions(keep: torch.Tensor) -> torch.Tensor:
+def _layer_kv(cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of one layer of a transformers cache (newer releases: `.layers`, older: lists)."""
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]
+
+
+def positions_from(keep: torch.Tensor) -> torch.Tensor:
     """Position ids that start at 0 on each row's first real token, so left padding does not shift them."""
     return (keep.long().cumsum(1) - 1).clamp(min=0)
 
@@ -86,13 +96,13 @@ class HFMaskedDiffusion(nn.Module):
             # (query and key both real) plus cumsum position ids.
             if padded:
                 kwargs["attention_mask"] = keep[:, None, None, :] & keep[:, None, :, None]
-                kwargs["position_ids"] = positions(keep)
+                kwargs["position_ids"] = positions_from(keep)
             else:
                 kwargs["attention_mask"] = "full"
         elif keep is not None:
             kwargs["attention_mask"] = keep.long()
             if self.pass_positions and padded:
-                kwargs["position_ids"] = positions(keep)
+                kwargs["position_ids"] = positions_from(keep)
         logits = self.model(input_ids=tokens, **kwargs).logits.float()
         if self.shift:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
@@ -110,12 +120,43 @@ class HFCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    @property
+    def n_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None, cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+        """Logits [B, L, V]. A key-padding mask works as for any mdmkit network; a full bool mask
+        [B or 1, 1, L, cache + L] with explicit `positions` and an mdmkit `KVCache` (SBD training and decoding)
+        goes to the model as a 4D mask, position ids and a DynamicCache built from, and written back to, `cache`.
+        """
         batch, length = tokens.shape
-        keep = key_padding(attn_mask, batch, length)
-        if keep is None:
-            return self.model(input_ids=tokens).logits.float()
-        return self.model(input_ids=tokens, attention_mask=keep.long(), position_ids=positions(keep)).logits.float()
+        if cache is None and positions is None and (attn_mask is None or attn_mask.shape[-2] == 1):
+            keep = key_padding(attn_mask, batch, length)
+            if keep is None:
+                return self.model(input_ids=tokens).logits.float()
+            return self.model(input_ids=tokens, attention_mask=keep.long(),
+                              position_ids=positions_from(keep)).logits.float()
+        kwargs: dict[str, Any] = {}
+        if attn_mask is not None:
+            kwargs["attention_mask"] = attn_mask.bool().expand(batch, 1, length, attn_mask.shape[-1])
+        if positions is not None:
+            kwargs["position_ids"] = positions
+        if cache is None:
+            return self.model(input_ids=tokens, **kwargs).logits.float()
+        from transformers import DynamicCache
+
+        past, before = DynamicCache(), cache.length
+        for layer, (keys, values) in enumerate(zip(cache.keys, cache.values)):
+            if keys is not None:
+                past.update(keys, values, layer)
+        logits = self.model(input_ids=tokens, past_key_values=past, use_cache=True, **kwargs).logits.float()
+        if commit:
+            for layer in range(self.n_layers):
+                keys, values = _layer_kv(past, layer)
+                cache.keys[layer] = keys[:, :, : before + commit]
+                cache.values[layer] = values[:, :, : before + commit]
+        return logits
 
     @torch.no_grad()
     def greedy_generate(
@@ -142,7 +183,7 @@ class HFCausalLM(nn.Module):
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         nfe = torch.zeros(batch, dtype=torch.long)
         generated: list[torch.Tensor] = []
-        inputs, position_ids, cache = prompt_ids, positions(keep), None
+        inputs, position_ids, cache = prompt_ids, positions_from(keep), None
         for _ in range(max_new_tokens):
             out = self.model(input_ids=inputs, attention_mask=keep.long(), position_ids=position_ids,
                              past_key_values=cache, use_cache=True)
@@ -161,6 +202,33 @@ class HFCausalLM(nn.Module):
             keep = torch.cat([keep, torch.ones(batch, 1, dtype=torch.bool, device=device)], dim=1)
         tokens = torch.stack(generated, 1) if generated else prompt_ids.new_zeros(batch, 0)
         return tokens, nfe
+
+
+@dataclass
+class HFCausalSpec(Validated):
+    """`model=hf_causal`: train (e.g. SBD fine-tune) a Hugging Face causal LM on an mdmkit task.
+
+    The task's token ids index the model's vocabulary directly, so the model needs at least the task's vocab size
+    (a tiny model made for the task, or a tokenizer-aligned task). `vocab_size` and `max_len` come from the task.
+    """
+
+    path: str
+    vocab_size: int
+    max_len: int
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+
+    def build(self) -> HFCausalLM:
+        network, _ = load_causal_lm(self.path, trust_remote_code=self.trust_remote_code, dtype=self.dtype,
+                                    with_tokenizer=False)
+        config = network.model.config
+        if config.vocab_size < self.vocab_size:
+            raise CheckpointError(f"{self.path}: vocabulary {config.vocab_size} is smaller than the task's "
+                                  f"{self.vocab_size}")
+        if getattr(config, "max_position_embeddings", self.max_len) < self.max_len:
+            raise CheckpointError(f"{self.path}: {config.max_position_embeddings} positions, the task needs "
+                                  f"{self.max_len}")
+        return network.train()
 
 
 def _is_local(name_or_path: str) -> bool:
@@ -233,17 +301,22 @@ def load_causal_lm(
     dtype: str = "float32",
     device: str = "cpu",
     local_files_only: bool | None = None,
+    with_tokenizer: bool = True,
 ) -> tuple[HFCausalLM, Any]:
-    """Tokenizer and wrapped AutoModelForCausalLM for NTP baselines (pad id: the tokenizer's, else EOS, else 0)."""
+    """Wrapped AutoModelForCausalLM and its tokenizer (None without `with_tokenizer`, for models that read
+    task token ids directly). Pad id: the tokenizer's, else EOS, else 0."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
+        tokenizer = (AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
+                     if with_tokenizer else None)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
                                                      **_dtype_kwarg(dtype))
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {first}") from error
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = None
+    if tokenizer is not None:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return HFCausalLM(model.to(device).eval(), pad_id=pad if pad is not None else 0), tokenizer

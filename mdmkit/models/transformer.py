@@ -167,6 +167,10 @@ class MaskedTransformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
                 cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
         """Logits [B, L, vocab] of `tokens` [B, L].

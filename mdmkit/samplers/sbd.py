@@ -60,7 +60,7 @@ class _CausalDecodeState:
         self.length = tokens.shape[1]
         self.cursor = prompt_lengths(tokens, mask_id)  # next position to generate
         self.cached = torch.zeros_like(self.cursor)  # positions [0, cached) are in the KV cache
-        self.n_layers = len(counter.network.blocks) if hasattr(counter.network, "blocks") else 0
+        self.n_layers = counter.network.n_layers  # networks that decode causally expose their depth
         self.cache: KVCache | None = None
         self.cache_rows = torch.arange(0)  # batch rows of the cache, in order
         self.cache_valid = torch.zeros(0, 0, dtype=torch.bool, device=tokens.device)
