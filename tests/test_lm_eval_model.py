@@ -160,3 +160,23 @@ def test_loglikelihood_returns_one_pair_per_request(model_dir):
     out = lm.loglikelihood([_request("Question: 2+2?\nAnswer:", " 4"), _request("def f", "(x):")],
                            disable_tqdm=True)
     assert len(out) == 2 and all(score < 0 and greedy is False for score, greedy in out)
+
+
+@needs_data
+def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(model_dir, monkeypatch):
+    from mdmkit.evaluation.sandbox import ENV_VAR
+    from mdmkit.lm_eval_tasks import utils
+
+    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
+    monkeypatch.setenv(ENV_VAR, "1")
+    utils.task.cache_clear()
+    tasks = Path(utils.__file__).parent
+    results = lm_eval.simple_evaluate(
+        model="mdmkit", model_args=f"ckpt={model_dir},sampler=eb,gamma=0.1", gen_kwargs="max_gen_toks=6",
+        tasks=["mdmkit_gsm8k", "mdmkit_humaneval", "mdmkit_mbpp"], limit=2, batch_size=2, device="cpu",
+        task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+    )
+    for name in ("gsm8k", "humaneval", "mbpp"):
+        assert results["results"][f"mdmkit_{name}"]["accuracy,none"] == 0.0  # a random model solves nothing
+    prompt = results["samples"]["mdmkit_mbpp"][0]["arguments"][0][0]  # (context, gen_kwargs) of request 0
+    assert prompt == utils.task("mbpp").prompts()[0]  # the same prompt as evaluate.py task=mbpp
