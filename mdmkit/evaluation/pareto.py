@@ -70,6 +70,8 @@ def derive_family(row: Mapping[str, Any]) -> str:
         name = str(sampler.get("name", "unknown")).lower()
     if isinstance(sampler.get("rule"), Mapping):  # a decoder that delegates reveals to a sampler (SBD)
         return f"{name}-{derive_family({'sampler': sampler['rule']})}"
+    if isinstance(sampler.get("base"), Mapping):  # a sampler on top of another one (NI)
+        return f"{name}-{derive_family({'sampler': sampler['base']})}"
     ordering = sampler.get("ordering", sampler.get("score"))  # as results.sampler_family names new rows
     return f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
 

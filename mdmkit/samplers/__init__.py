@@ -10,6 +10,7 @@ from mdmkit.samplers.masked import (
     ThresholdSampler,
     TopKSampler,
 )
+from mdmkit.samplers.ni import NISampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.p2 import P2Sampler
 from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
@@ -21,6 +22,7 @@ __all__ = [
     "FactorSampler",
     "ForwardCounter",
     "MaskedSampler",
+    "NISampler",
     "NTPDecoder",
     "P2Sampler",
     "RevealAllSampler",

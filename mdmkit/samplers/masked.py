@@ -107,11 +107,14 @@ class MaskedSampler(Validated):
         *,
         attention_mask: torch.Tensor | None = None,
         stop: StopCondition | None = None,
+        reveal_also: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L].
 
         `attention_mask` [B, L] (True = a real token) hides padding from the network; `stop` ends rows at a
         stop sequence (generate_until). The counter records each row's NFE and its NFE at the stop point.
+        `reveal_also(rows, state, logits)` -> bool [R, L] adds eligible positions to reveal beyond the
+        budget's (NI sampling's indicator; `logits` has the mask token at -inf).
         """
         x = tokens.clone()
         batch, length = x.shape
@@ -156,6 +159,8 @@ class MaskedSampler(Validated):
             )
             counts = torch.minimum(budget(ranked).clamp(min=1), n_eligible)
             reveal = torch.zeros_like(eligible).scatter(1, order, columns[None, :] < counts[:, None])
+            if reveal_also is not None:
+                reveal |= reveal_also(rows, state, logits) & eligible
             x[rows] = torch.where(reveal, choice, state)
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
             steps[rows] += 1

@@ -41,6 +41,10 @@ def _finish_wandb() -> None:
 
 
 def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
+        from mdmkit.indicator.train import run_indicator_training
+
+        return run_indicator_training(cfg, output_dir)
     config = to_container(cfg)
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
         raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")

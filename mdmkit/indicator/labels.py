@@ -1,0 +1,49 @@
+"""Indicator labels: roll a reference trajectory back to step t' and mark what the oracle would merge there.
+
+A trajectory is the final tokens x* and, per position, the step that revealed it (-1: given or never
+revealed). Rolled back to t' (steps 0..t'-1 revealed, the rest masked), the trajectory-preserving merge of
+`mdmkit.samplers.oracle` reveals step t' (the base sampler's own next step) and every following step, in
+order, whose positions the network's argmax already gets right. It stops at the first step with a wrong
+position even when later ones are right (the order constraint). Positions of the merged steps are labelled
+1, every other still-masked position 0. Walking these merges from t' = 0 is exactly `oracle_merge`
+(tests/test_ni.py checks it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_NEVER = torch.iinfo(torch.long).max
+
+
+def draw_rollback(steps: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A uniform rollback step t' in {0, ..., steps - 1} per row [B] (0 for rows without steps)."""
+    uniform = torch.rand(steps.shape, generator=generator, device=steps.device, dtype=torch.float64)
+    return (uniform * steps).long().clamp(max=(steps - 1).clamp(min=0))
+
+
+def rollback_state(
+    tokens: torch.Tensor, reveal_step: torch.Tensor, done: torch.Tensor, mask_id: int
+) -> torch.Tensor:
+    """The state [B, L] after the first `done` [B] steps: later steps masked, the rest as in `tokens`.
+
+    Given positions (-1) keep their token; positions the reference never revealed are the mask token already.
+    """
+    return torch.where(reveal_step >= done[:, None], mask_id, tokens)
+
+
+def merge_labels(
+    predicted: torch.Tensor,
+    tokens: torch.Tensor,
+    reveal_step: torch.Tensor,
+    done: torch.Tensor,
+    n_steps: torch.Tensor,
+) -> torch.Tensor:
+    """Bool [B, L]: the positions the oracle reveals from the state after `done` steps.
+
+    `predicted` [B, L] is the network's argmax (mask excluded) at that state. Steps `done`..bound-1 merge,
+    where bound is the first step after `done` holding a wrong position (the row's step count if none does).
+    """
+    wrong_later = (predicted != tokens) & (reveal_step > done[:, None])
+    bound = torch.minimum(torch.where(wrong_later, reveal_step, _NEVER).amin(1), n_steps)
+    return (reveal_step >= done[:, None]) & (reveal_step < bound[:, None])

@@ -1,0 +1,134 @@
+"""LightningModule that trains the NI indicator with cross-entropy on merge labels, the base MDM frozen.
+
+Each training example is a recorded trajectory rolled back to a uniform step t': one frozen base forward at
+that state gives both the indicator's features and (through the network's argmax) the merge labels of the
+still-masked positions. Validation reports the label metrics of the positive class at the sampler's epsilon,
+and runs the NI sampler itself on the held-out trajectories' prompts: how often it reproduces the base
+sampler's output, with how many forwards, beside the oracle floor of those trajectories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import BinaryAccuracy, BinaryPrecision, BinaryRecall
+
+from mdmkit.checkpoint import TrainedModel
+from mdmkit.config import build, require
+from mdmkit.indicator.data import Batch
+from mdmkit.indicator.labels import draw_rollback, merge_labels, rollback_state
+from mdmkit.indicator.model import IndicatorScorer, exclude_mask, features, forward_with_hidden
+from mdmkit.indicator.trajectories import TrajectoryConfig
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.masked import Sampled
+from mdmkit.samplers.ni import NISampler, log_odds_threshold
+from mdmkit.samplers.oracle import oracle_floor
+from mdmkit.training.module import OptimConfig, build_task
+
+
+class IndicatorModule(L.LightningModule):
+    """Frozen base network (`trajectories.checkpoint`) + trainable indicator; `sampler` is the NI sampler."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters({"config": config})
+        self.config = config
+        self.task = build_task(config)
+        self.trajectories: TrajectoryConfig = build(config["trajectories"], "trajectories")
+        self.base = TrainedModel(self.trajectories.checkpoint).network(self.task).requires_grad_(False)
+        spec = build(config["indicator"], "indicator")
+        self.indicator = spec.build(self.base.config.d_model, self.task.vocab_size)
+        self.optim: OptimConfig = build(config["optim"], "optim")
+        self.sampler: NISampler = build(config["sampler"], "sampler")
+        require(isinstance(self.sampler, NISampler), "sampler: an indicator run evaluates an NI sampler (ni)")
+        self.sampler.set_indicator(IndicatorScorer(self.indicator, self.base.embed))
+        self.threshold = log_odds_threshold(self.sampler.epsilon)
+        self.val_metrics = torch.nn.ModuleDict(
+            {"accuracy": BinaryAccuracy(), "precision": BinaryPrecision(), "recall": BinaryRecall()}
+        )
+
+    def train(self, mode: bool = True) -> IndicatorModule:
+        super().train(mode)
+        self.base.eval()  # frozen: never in training mode
+        return self
+
+    def _generator(self, salt: int) -> torch.Generator:
+        """Rollback steps are a function of (seed, step, rank), so a resumed run draws the same ones."""
+        seed = (self.config["seed"] * 1_000_003 + salt) * max(1, self.trainer.world_size) + self.global_rank
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _labelled(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Indicator logits [N, 2] and merge labels [N] of the still-masked positions at random rollbacks."""
+        tokens, reveal_step, steps = batch
+        done = draw_rollback(steps, generator)
+        with torch.no_grad():
+            state = rollback_state(tokens, reveal_step, done, self.task.mask_id)
+            logits, hidden = forward_with_hidden(self.base, state)
+            logits = exclude_mask(logits, self.task.mask_id)
+            labels = merge_labels(logits.argmax(-1), tokens, reveal_step, done, steps)
+            scored = reveal_step >= done[:, None]
+            config = self.indicator.config
+            inputs = features(
+                self.base.embed, logits[scored], hidden[scored], config.top_tokens, config.top_probs
+            )
+        return self.indicator(inputs), labels[scored].long()
+
+    def _predicted(self, logits: torch.Tensor) -> torch.Tensor:
+        """Positive-class decisions at the sampler's epsilon."""
+        return (logits[:, 1] - logits[:, 0]) >= self.threshold
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        logits, labels = self._labelled(batch, self._generator(self.global_step))
+        loss = F.cross_entropy(logits, labels)
+        predicted, positive = self._predicted(logits), labels.bool()
+        hits = (predicted & positive).sum()
+        self.log("train/loss", loss, prog_bar=True)
+        self.log_dict({
+            "train/accuracy": (predicted == positive).float().mean(),
+            "train/precision": hits / predicted.sum().clamp(min=1),
+            "train/recall": hits / positive.sum().clamp(min=1),
+            "train/positive_rate": positive.float().mean(),
+        })
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        logits, labels = self._labelled(batch, self._generator(-1 - batch_idx))
+        size = len(batch[0])
+        self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True, batch_size=size, sync_dist=True)
+        for name, metric in self.val_metrics.items():
+            metric(self._predicted(logits), labels)
+            self.log(f"val/{name}", metric, batch_size=size)
+        self._log_sampling(batch, size)
+
+    @torch.no_grad()
+    def _log_sampling(self, batch: Batch, size: int) -> None:
+        """NI sampling from held-out prompts, against the base sampler's recorded outputs and oracle floor."""
+        tokens, reveal_step, steps = batch
+        mask_id = self.task.mask_id
+        prompts = tokens.masked_fill(reveal_step >= 0, mask_id)
+        counter = ForwardCounter(self.base, size)
+        sampled = self.sampler.sample(counter, prompts, mask_id, torch.Generator(self.device).manual_seed(0))
+        floor = oracle_floor(self.base, prompts, Sampled(tokens, reveal_step, steps), mask_id)
+        self.log_dict({  # floats: the counter's tallies live on the CPU
+            "val/ni_agreement": float((sampled.tokens == tokens).all(1).float().mean()),
+            "val/ni_nfe": float(counter.nfe.float().mean()),
+            "val/ni_cost": float(counter.cost.mean()),
+            "val/base_nfe": float(steps.float().mean()),
+            "val/oracle_nfe": float(floor.float().mean()),
+        }, batch_size=size, sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        params = list(self.indicator.parameters())
+        groups = [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.optim.weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
+        total = self.trainer.max_steps if self.trainer.max_steps > 0 else 100_000
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: self.optim.lr_factor(step, total)
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

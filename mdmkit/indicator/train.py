@@ -1,0 +1,87 @@
+"""`train.py experiment=sudoku_indicator`: record base trajectories, train the NI indicator, evaluate NI.
+
+The run writes `indicator.pt` (the indicator tied to its base network) next to Lightning's checkpoints, then
+evaluates the configured NI sampler with it on the test split, as `run_training` does for an MDM.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from omegaconf import DictConfig
+
+from mdmkit.config import build, require, to_container
+from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
+from mdmkit.evaluation.results import append_record
+from mdmkit.indicator.checkpoint import save_indicator
+from mdmkit.indicator.data import TrajectoryDataModule
+from mdmkit.indicator.model import num_parameters
+from mdmkit.indicator.module import IndicatorModule
+from mdmkit.training.train import _finish_wandb, _loggers
+
+# the frozen base network stays in eval mode on purpose
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+
+
+def run_indicator_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    config = to_container(cfg)
+    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
+        raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")
+    data = cfg.data
+    require(data.batch_size >= 1 and data.eval_batch_size >= 1,
+            "data.batch_size and data.eval_batch_size must be >= 1")
+    require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    module = IndicatorModule(config)
+    datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
+                                      data.val_examples, cfg.seed)
+    checkpoints = ModelCheckpoint(
+        dirpath=output_dir / "checkpoints", filename="step{step:07d}", auto_insert_metric_name=False,
+        save_last=True, save_top_k=0 if cfg.checkpoint_every is None else -1,
+        every_n_train_steps=cfg.checkpoint_every,
+    )
+    try:
+        trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir),
+                        callbacks=[checkpoints, LearningRateMonitor(logging_interval="step")],
+                        default_root_dir=str(output_dir))
+        size = num_parameters(module.indicator)
+        share = size / num_parameters(module.base)
+        print(f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
+              f"base: {module.trajectories.checkpoint} | output: {output_dir}")
+        started = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        train_time = time.perf_counter() - started
+    except MisconfigurationException as error:
+        raise ConfigError(f"trainer: {error}") from None
+    finally:
+        _finish_wandb()
+    summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step, "share": share}
+    if trainer.global_rank != 0:
+        return summary
+
+    path = output_dir / "indicator.pt"
+    extra = {"base_checkpoint": module.trajectories.checkpoint, "config": config, "train_summary": summary}
+    save_indicator(module.indicator, module.base, path, extra=extra)
+    if cfg.evaluate_after_training and not trainer.fast_dev_run:
+        module.eval().to(resolve_device(cfg.device))
+        network = module.base
+        result = evaluate_test_split(
+            network, module.task, module.sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed
+        )
+        summary.update(result.summary())
+        sampler = {**to_container(cfg.sampler), "indicator": str(path)}
+        append_record(cfg.results_file, {"kind": "indicator", "checkpoint": module.trajectories.checkpoint,
+                                         "indicator": str(path), "task": module.task.name, "sampler": sampler,
+                                         **summary, "config": config})
+        print(f"[{module.task.name}] indicator: {trainer.global_step} steps in {train_time / 60:.1f} min"
+              f" | NI epsilon={module.sampler.epsilon}: {format_summary(result.summary())}"
+              f" | cost {summary['cost_mean']:.2f}")
+    return summary
