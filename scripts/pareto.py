@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference-accuracy", type=float,
                         help="reference accuracy (default: best accuracy of --baseline, else of all runs)")
     parser.add_argument("--title", help="plot title")
+    parser.add_argument("--cost", action="store_true",
+                        help="x axis = cost (NFE + fractional passes such as a planner or an indicator)")
     parser.add_argument("--notes", type=Path, help="markdown file inserted after the summary (analysis, commands)")
     args = parser.parse_args(argv)
     if not 0 < args.keep <= 1:
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace, command: str) -> str:
         tasks = sorted({str(r.get("task")) for r in rows})
         where = f" and checkpoint {args.checkpoint}" if args.checkpoint else ""
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
+    if args.cost:  # every later step reads nfe_mean: make it the full cost
+        selected = [{**r, "nfe_mean": r.get("cost_mean", r["nfe_mean"])} for r in selected]
     found = pareto.checkpoints(selected)
     if len(found) > 1:
         raise ValueError(f"rows of task {args.task} come from {len(found)} checkpoints ({', '.join(found)}): "
