@@ -173,7 +173,12 @@ class MaskedTransformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
                 cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
-        """Logits [B, L, vocab] of `tokens` [B, L].
+        """Logits [B, L, vocab] of `tokens` [B, L]: the head on `hidden` (same arguments)."""
+        return self.head(self.norm(self.hidden(tokens, attn_mask, positions, cache, commit)))
+
+    def hidden(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
+               cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+        """The residual stream after the last block [B, L, d_model], which the head reads.
 
         `attn_mask` (bool, True = may attend, broadcast to [B, heads, L, cache + L]; or a BlockMask) makes
         the same network bidirectional (MDM), causal (NTP) or anything between (SBD). `positions` [B, L]
@@ -189,4 +194,4 @@ class MaskedTransformer(nn.Module):
             x = x + (self.position.weight[:length] if positions is None else self.position(positions))
         for index, block in enumerate(self.blocks):
             x = block(x, attn_mask, positions, None if cache is None else (cache, index, commit))
-        return self.head(self.norm(x))
+        return x

@@ -1,0 +1,241 @@
+"""Self-speculative sampling of a hybrid MDM ("Self-Speculative Masked Diffusions", Alg. 2; Alg. 3 in full).
+
+Each step is one pass of the non-causal trunk. It orders the masked positions (σ: random as in the paper, or
+by an error proxy of the draft), drafts every masked position from the trunk's factorised distribution and
+takes the first `window` of them in σ. Up to `inner_loops` times, the causal blocks then score the drafts
+(re-using the trunk's hidden states) and speculative sampling accepts them left to right with probability
+min(1, p_target / p_draft); the first rejected one is resampled from the normalised residual
+max(0, p_target - p_draft) and ends that inner loop. Each decided token is an exact draw from the causal
+target (Lemma C.1); the drafts after a rejection are kept, being independent of every decision so far.
+
+Cost (§5.1): the trunk pass with its first causal pass is 1 NFE; every further causal pass of a row is charged
+at the causal blocks' share of the layers (kind "causal"). `WindowSampler` is the same loop without
+verification, revealing whole windows from the draft: an MDM on the same windows (it runs on any MDM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from mdmkit.config import Validated, require
+from mdmkit.models.speculative import Trunk, gather_positions
+from mdmkit.samplers.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.masked import Sampled
+from mdmkit.samplers.ordering import ERROR_PROXIES
+from mdmkit.samplers.stopping import StopCondition
+
+_SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
+
+
+def window_size(kind: str, param: float, masked: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """Most tokens one trunk pass may reveal (Appendix D), per row, in [1, masked].
+
+    linear: 1 + floor(param * revealed), so param = 0 reveals one token per pass.
+    cosine: what a cosine-schedule MDM expects to reveal in a time step `param` from the time t at which
+    it has this masked fraction m: t = 1 - 2/pi acos(m), m' = cos(pi/2 (1 - max(t - param, 0))).
+    """
+    masked64, total64 = masked.double(), total.double()
+    if kind == "linear":
+        size = 1 + torch.floor(param * (total64 - masked64) + _SLACK)
+    else:
+        fraction = masked64 / total64
+        t = 1.0 - 2.0 / math.pi * torch.arccos(fraction.clamp(max=1.0))
+        after = torch.cos(math.pi / 2 * (1.0 - (t - param).clamp(min=0.0)))
+        size = torch.ceil(total64 * (fraction - after) - _SLACK)
+    return torch.minimum(size.long().clamp(min=1), masked)
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """What drafts and targets are drawn from; at temperature 0 the argmax as a one-hot (greedy verification:
+    a draft is kept while it is the target's argmax, and the first that is not is replaced by it)."""
+    if temperature == 0.0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    return predictive_distribution(logits, temperature, top_p)
+
+
+def accept(draft_prob: torch.Tensor, target_prob: torch.Tensor,
+           generator: torch.Generator | None) -> torch.Tensor:
+    """Accept each draft with probability min(1, target_prob / draft_prob) (draft_prob > 0: it was drawn)."""
+    uniform = torch.rand(draft_prob.shape, generator=generator, device=draft_prob.device,
+                         dtype=draft_prob.dtype)
+    return uniform * draft_prob < target_prob
+
+
+def without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Float logits with the mask token ruled out (it is never a prediction)."""
+    return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+
+
+def residual(draft: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """max(0, target - draft) normalised over the last axis (the target itself where the two are equal,
+    where no rejection can happen)."""
+    excess = (target - draft).clamp(min=0.0)
+    mass = excess.sum(-1, keepdim=True)
+    return torch.where(mass > 0, excess / mass.clamp(min=torch.finfo(excess.dtype).tiny), target)
+
+
+@dataclass
+class _Pass:
+    """One trunk pass over `rows`; ranks index σ, whose first `n_known` positions were not masked."""
+
+    rows: torch.Tensor  # [R] batch rows
+    trunk: Trunk | None  # None without verification
+    proposal: torch.Tensor  # [R, L] the state with every masked position drafted (resampled in place)
+    order: torch.Tensor  # [R, L] σ
+    n_known: torch.Tensor  # [R]
+    end: torch.Tensor  # [R] ranks [n_known, end) are the window
+    draft: torch.Tensor  # [R, L, V] draft distribution, in σ order
+
+
+@dataclass
+class WindowSampler(Validated):
+    """Each trunk pass reveals the first `window` masked positions of σ from the factorised draft: an MDM on
+    the windows of Appendix D, the baseline of speculative sampling at equal windows. The defaults are the
+    paper's (random order, temperature 1, cosine window).
+
+    `window_param`: the linear window's slope or the cosine window's time step. `ordering`: random, or the
+    draft's confidence / entropy / margin (model-guided: lowest error first). The ordering reads the draft
+    distribution, never the drafted tokens, so speculative verification stays exact for every ordering.
+    """
+
+    window: Literal["linear", "cosine"] = "cosine"
+    window_param: float = 0.1
+    ordering: str = "random"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_early: bool = True
+
+    def validate(self) -> None:
+        if self.window == "cosine":
+            require(0.0 < self.window_param <= 1.0,
+                    f"window_param={self.window_param}: a cosine window's time step must lie in (0, 1]")
+        else:
+            require(self.window_param >= 0.0,
+                    f"window_param={self.window_param}: a linear window's slope must be >= 0")
+        require(self.ordering in ERROR_PROXIES,
+                f"ordering='{self.ordering}' is not one of {', '.join(ERROR_PROXIES)}")
+        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
+        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
+
+    @torch.no_grad()
+    def sample(
+        self,
+        network: ForwardCounter,
+        tokens: torch.Tensor,
+        mask_id: int,
+        generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        stop: StopCondition | None = None,
+    ) -> Sampled:
+        """Fill every `mask_id` position of `tokens` [B, L]; a step is one trunk pass."""
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("window and speculative sampling take unpadded batches (no attention_mask)")
+        x = tokens.clone()
+        answer = x == mask_id
+        total = answer.sum(1)
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        active = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
+        rank = torch.arange(x.shape[1], device=x.device)
+        while True:
+            rows = ((x == mask_id).any(1) & active).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                return Sampled(x, reveal_step, steps)
+            step = self._draft(network, x[rows], rows, total[rows], mask_id, generator)
+            cursor = self._decide(network, step, mask_id, generator)
+            decided = (rank[None, :] >= step.n_known[:, None]) & (rank[None, :] < cursor[:, None])
+            reveal = torch.zeros_like(step.proposal, dtype=torch.bool).scatter(1, step.order, decided)
+            x[rows] = torch.where(reveal, step.proposal, x[rows])
+            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
+            steps[rows] += 1
+            if stop is not None:
+                done = rows[stop.met(x[rows], answer[rows], mask_id)]
+                network.mark_stopped(done)
+                if self.stop_early:
+                    active[done] = False
+
+    def _trunk(self, counter: ForwardCounter, state: torch.Tensor,
+               rows: torch.Tensor) -> tuple[torch.Tensor, Trunk | None]:
+        """The draft logits of one trunk pass (1 NFE), and what verification needs of it."""
+        return counter(state, rows), None
+
+    def _decide(self, counter: ForwardCounter, step: _Pass, mask_id: int,
+                generator: torch.Generator | None) -> torch.Tensor:
+        """The rank of σ up to which this pass reveals: the whole window."""
+        return step.end
+
+    def _draft(self, counter: ForwardCounter, state: torch.Tensor, rows: torch.Tensor, total: torch.Tensor,
+               mask_id: int, generator: torch.Generator | None) -> _Pass:
+        """The trunk pass: σ, the window and a draft for every masked position."""
+        logits, trunk = self._trunk(counter, state, rows)
+        logits = without_mask(logits, mask_id)
+        draft = sampling_probs(logits, self.temperature, self.top_p)
+        drafted, _ = choose_tokens(draft, self.temperature, generator)
+        unknown = state == mask_id
+        guide = predictive_distribution(logits, self.temperature, self.top_p)  # untempered at temperature 0
+        error = ERROR_PROXIES[self.ordering](guide, guide.max(-1).values, generator)
+        order = error.masked_fill(~unknown, float("-inf")).argsort(dim=1, stable=True)
+        n_masked = unknown.sum(1)
+        n_known = state.shape[1] - n_masked
+        end = n_known + window_size(self.window, self.window_param, n_masked, total)
+        return _Pass(rows, trunk, torch.where(unknown, drafted, state), order, n_known, end,
+                     gather_positions(draft, order))
+
+
+@dataclass
+class SpeculativeSampler(WindowSampler):
+    """Self-speculative sampling: each window is verified by up to `inner_loops` causal passes per trunk pass
+    (needs a `SpeculativeTransformer`)."""
+
+    inner_loops: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.inner_loops >= 1, f"inner_loops={self.inner_loops} must be >= 1")
+
+    def _trunk(self, counter: ForwardCounter, state: torch.Tensor,
+               rows: torch.Tensor) -> tuple[torch.Tensor, Trunk | None]:
+        if not hasattr(counter.network, "causal"):
+            raise ValueError("speculative sampling needs a network with causal blocks (a "
+                             "SpeculativeTransformer); sampler=window samples the draft alone")
+        trunk = counter(state, rows, return_trunk=True)
+        return trunk.logits, trunk
+
+    def _decide(self, counter: ForwardCounter, step: _Pass, mask_id: int,
+                generator: torch.Generator | None) -> torch.Tensor:
+        """The draft-verify inner loops of one trunk pass. Accepted drafts stay in `step.proposal`, resampled
+        tokens are written into it."""
+        hybrid, length = counter.network, step.proposal.shape[1]
+        rank = torch.arange(length, device=step.proposal.device)
+        # a window of σ(n_known) alone needs no causal pass: its target is its draft, always kept
+        alone = step.end - step.n_known == 1
+        cursor = torch.where(alone, step.end, step.n_known)
+        for loop in range(self.inner_loops):
+            live = (cursor < step.end).nonzero().squeeze(1)
+            if live.numel() == 0:
+                break
+            if loop > 0:  # the first causal pass is part of the trunk pass's NFE
+                counter.charge(step.rows[live], hybrid.causal_share, "causal")
+            order, draft = step.order[live], step.draft[live]
+            logits = hybrid.causal(step.trunk.select(live), step.proposal[live], order, step.n_known[live])
+            target = sampling_probs(without_mask(logits, mask_id), self.temperature, self.top_p)
+            target = gather_positions(target, order)
+            drafted = step.proposal[live].gather(1, order)[..., None]
+            kept = accept(draft.gather(-1, drafted)[..., 0], target.gather(-1, drafted)[..., 0], generator)
+            in_play = (rank[None, :] >= cursor[live, None]) & (rank[None, :] < step.end[live, None])
+            first_rejected = torch.where(in_play & ~kept, rank, length).min(1).values
+            rejected = (first_rejected < step.end[live]).nonzero().squeeze(1)
+            if rejected.numel():
+                at = first_rejected[rejected]
+                fresh = residual(draft[rejected, at], target[rejected, at])
+                token, _ = choose_tokens(fresh, self.temperature, generator)
+                step.proposal[live[rejected], order[rejected, at]] = token
+            cursor[live] = torch.minimum(first_rejected + 1, step.end[live])
+        return cursor
