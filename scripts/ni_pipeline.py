@@ -2,7 +2,8 @@
 
     python scripts/ni_pipeline.py --experiment sudoku_indicator --out outputs/ni/sudoku \
         [--checkpoint checkpoints/sudoku_mdm.pt] [--epsilons 0.5 0.8 0.9 0.95 0.99] [--taus 0.9 0.95]
-        [--limit 1000] [--device auto] [--threads N] [-- OVERRIDE ...]
+        [--limit 1000] [--device auto] [--threads N] [--indicator PATH] [--eval OVERRIDE ...]
+        [-- OVERRIDE ...]
 
 OVERRIDEs (after `--`) are Hydra overrides of the training run, e.g. `-- trajectories.n_examples=2000
 trainer.max_steps=500 logger=csv`. The steps:
@@ -48,6 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--indicator", type=Path, help="evaluate this trained indicator.pt (skips step 1)")
+    parser.add_argument("--eval", nargs="+", default=[], metavar="OVERRIDE",
+                        help="Hydra overrides of the evaluation only, e.g. a harder test set: task=sudoku "
+                             "task.n_givens=26 task.n_train=1 task.n_val=1 (the generalisation check)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the training run")
     return parser.parse_args(argv)
 
@@ -71,6 +76,7 @@ def evaluate(args: argparse.Namespace, indicator: Path, checkpoint: str) -> list
                  f"results_file={args.out / 'results.jsonl'}", "wandb.mode=disabled"]
     if args.limit is not None:
         overrides.append(f"limit={args.limit}")
+    overrides += args.eval
     with initialize_config_module("mdmkit.conf", version_base="1.3"):
         cfg = compose("evaluate", overrides=overrides)
     sweep = {"name": "ni", "entries": [
@@ -132,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    indicator, checkpoint = train(args)
+    if args.indicator is not None:
+        base = load_indicator(args.indicator).extra.get("base_checkpoint")
+        indicator, checkpoint = args.indicator, args.checkpoint or base
+    else:
+        indicator, checkpoint = train(args)
     rows = evaluate(args, indicator, checkpoint)
     cost = measure_cost(args, indicator, checkpoint)
     print(table(rows))
