@@ -46,8 +46,9 @@ def evaluate(cfg: DictConfig) -> None:
 def lm_eval() -> None:
     """lm-eval's own command line with the `mdmkit` model registered (lm-eval has no plugin hook for models)
     and mdmkit's task configs (`mdmkit_gsm8k`, `mdmkit_humaneval`, `mdmkit_mbpp`) on the include path."""
-    import mdmkit.evaluation.lm_eval_model  # noqa: F401 -- registers --model mdmkit
     from lm_eval.__main__ import cli_evaluate
+
+    import mdmkit.evaluation.lm_eval_model  # noqa: F401 -- registers --model mdmkit
 
     if "--include_path" not in sys.argv:
         sys.argv += ["--include_path", str(Path(__file__).parent / "lm_eval_tasks")]

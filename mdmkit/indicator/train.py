@@ -6,25 +6,20 @@ evaluates the configured NI sampler with it on the test split, as `run_training`
 
 from __future__ import annotations
 
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
-from mdmkit.config import build, require, to_container
-from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.config import to_container
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
 from mdmkit.evaluation.results import append_record
 from mdmkit.indicator.checkpoint import save_indicator
 from mdmkit.indicator.data import TrajectoryDataModule
 from mdmkit.indicator.model import num_parameters
 from mdmkit.indicator.module import IndicatorModule
-from mdmkit.training.train import _finish_wandb, _loggers
+from mdmkit.training.train import fit, prepare_run
 
 # the frozen base network stays in eval mode on purpose
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
@@ -32,37 +27,16 @@ warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the st
 
 def run_indicator_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     config = to_container(cfg)
-    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
-        raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")
+    prepare_run(cfg)
     data = cfg.data
-    require(data.batch_size >= 1 and data.eval_batch_size >= 1,
-            "data.batch_size and data.eval_batch_size must be >= 1")
-    require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-
     module = IndicatorModule(config)
     datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
                                       data.val_examples, cfg.seed)
-    checkpoints = ModelCheckpoint(
-        dirpath=output_dir / "checkpoints", filename="step{step:07d}", auto_insert_metric_name=False,
-        save_last=True, save_top_k=0 if cfg.checkpoint_every is None else -1,
-        every_n_train_steps=cfg.checkpoint_every,
-    )
-    try:
-        trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir),
-                        callbacks=[checkpoints, LearningRateMonitor(logging_interval="step")],
-                        default_root_dir=str(output_dir))
-        size = num_parameters(module.indicator)
-        share = size / num_parameters(module.base)
-        print(f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
-              f"base: {module.trajectories.checkpoint} | output: {output_dir}")
-        started = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
-        train_time = time.perf_counter() - started
-    except MisconfigurationException as error:
-        raise ConfigError(f"trainer: {error}") from None
-    finally:
-        _finish_wandb()
+    size = num_parameters(module.indicator)
+    share = size / num_parameters(module.base)
+    banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
+              f"base: {module.trajectories.checkpoint}")
+    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step, "share": share}
     if trainer.global_rank != 0:
         return summary

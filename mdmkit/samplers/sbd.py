@@ -58,12 +58,18 @@ class _CausalDecodeState:
     def __init__(self, counter: ForwardCounter, tokens: torch.Tensor, mask_id: int, use_cache: bool) -> None:
         self.counter, self.x, self.mask_id, self.use_cache = counter, tokens.clone(), mask_id, use_cache
         self.length = tokens.shape[1]
+        self.answer = tokens == mask_id
+        self.reveal_step = torch.full_like(tokens, -1)
+        self.steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
         self.cursor = prompt_lengths(tokens, mask_id)  # next position to generate
         self.cached = torch.zeros_like(self.cursor)  # positions [0, cached) are in the KV cache
         self.n_layers = counter.network.n_layers  # networks that decode causally expose their depth
         self.cache: KVCache | None = None
         self.cache_rows = torch.arange(0)  # batch rows of the cache, in order
         self.cache_valid = torch.zeros(0, 0, dtype=torch.bool, device=tokens.device)
+
+    def result(self) -> Sampled:
+        return Sampled(self.x, self.reveal_step, self.steps)
 
     def keep_cache_rows(self, rows: torch.Tensor) -> None:
         """Shrink the cache to `rows` (finished rows leave the batch)."""
@@ -142,13 +148,10 @@ class NTPDecoder(Validated):
                stop: StopCondition | None = None) -> Sampled:
         _refuse_padding(attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
-        answer = tokens == mask_id
-        reveal_step = torch.full_like(tokens, -1)
-        steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
         while True:
-            rows = _decoding_rows(state, stop, answer, network)
+            rows = _decoding_rows(state, stop, network)
             if rows.numel() == 0:
-                return Sampled(state.x, reveal_step, steps)
+                return state.result()
             state.keep_cache_rows(rows)
             clean_logits, clean_valid, _ = state.forward(rows, None, None, commit=True)
             last = clean_valid.long().sum(1) - 1
@@ -157,9 +160,9 @@ class NTPDecoder(Validated):
             probs = predictive_distribution(logits[:, None], self.temperature, self.top_p)
             token, _ = choose_tokens(probs, self.temperature, generator)
             state.x[rows, state.cursor[rows]] = token[:, 0]
-            reveal_step[rows, state.cursor[rows]] = steps[rows]
+            state.reveal_step[rows, state.cursor[rows]] = state.steps[rows]
             state.cursor[rows] += 1
-            steps[rows] += 1
+            state.steps[rows] += 1
 
 
 def _refuse_padding(attention_mask: torch.Tensor | None) -> None:
@@ -167,12 +170,12 @@ def _refuse_padding(attention_mask: torch.Tensor | None) -> None:
         raise ValueError("causal decoding takes left-aligned prompts (prompt then masks), not a padding mask")
 
 
-def _decoding_rows(state: _CausalDecodeState, stop: StopCondition | None, answer: torch.Tensor,
+def _decoding_rows(state: _CausalDecodeState, stop: StopCondition | None,
                    counter: ForwardCounter) -> torch.Tensor:
     """Rows with positions left to fill and no stop sequence yet (stopped rows get their NFE noted)."""
     open_rows = state.cursor < state.length
     if stop is not None:
-        met = stop.met(state.x, answer, state.mask_id)
+        met = stop.met(state.x, state.answer, state.mask_id)
         counter.mark_stopped(met.nonzero().squeeze(1))
         open_rows &= ~met
     return open_rows.nonzero().squeeze(1)
@@ -218,14 +221,11 @@ class SBDSampler(Validated):
                stop: StopCondition | None = None) -> Sampled:
         _refuse_padding(attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
-        answer = tokens == mask_id
-        reveal_step = torch.full_like(tokens, -1)
-        steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
         offsets = torch.arange(self.block_size, device=tokens.device)
         while True:
-            rows = _decoding_rows(state, stop, answer, network)
+            rows = _decoding_rows(state, stop, network)
             if rows.numel() == 0:
-                return Sampled(state.x, reveal_step, steps)
+                return state.result()
             state.keep_cache_rows(rows)
             where = state.cursor[rows][:, None] + offsets
             valid = where < state.length
@@ -234,8 +234,9 @@ class SBDSampler(Validated):
             filled = valid & (inner.tokens != mask_id)
             row_index = rows[:, None].expand_as(where)
             state.x[row_index[filled], where[filled]] = inner.tokens[filled]
-            reveal_step[row_index[filled], where[filled]] = (steps[rows][:, None] + inner.reveal_step)[filled]
-            steps[rows] += inner.steps
+            state.reveal_step[row_index[filled], where[filled]] = (state.steps[rows][:, None]
+                                                                   + inner.reveal_step)[filled]
+            state.steps[rows] += inner.steps
             unfilled = valid & (inner.tokens == mask_id)  # only after a stop inside the block
             following = torch.where(unfilled, where, where[:, -1:] + 1).min(1).values
             state.cursor[rows] = following.clamp(max=state.length)

@@ -40,12 +40,8 @@ def _finish_wandb() -> None:
         pass
 
 
-def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
-    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
-        from mdmkit.indicator.train import run_indicator_training
-
-        return run_indicator_training(cfg, output_dir)
-    config = to_container(cfg)
+def prepare_run(cfg: DictConfig) -> None:
+    """Checks every training run shares, then seeds it: a bad value stops before anything is built."""
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
         raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")
     data = cfg.data
@@ -53,11 +49,10 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    module = MDMModule(config)
-    if cfg.get("init_from") is not None:  # fine-tuning: start from a trained model's (EMA) weights
-        module.start_from(TrainedModel(cfg.init_from).network(module.task))
-    sampler = build(cfg.sampler, "sampler")  # built now: a bad value must not wait for the end of training
-    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
+
+def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
+        banner: str) -> tuple[L.Trainer, float]:
+    """Build the trainer (checkpoints, loggers), print `banner`, fit: returns the trainer and the seconds."""
     checkpoints = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
         filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
@@ -70,15 +65,31 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     try:
         trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir), callbacks=callbacks,
                         default_root_dir=str(output_dir))
-        print(f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name} "
-              f"| output: {output_dir}")
+        print(f"{banner} | output: {output_dir}")
         started = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
-        train_time = time.perf_counter() - started
+        return trainer, time.perf_counter() - started
     except MisconfigurationException as error:
         raise ConfigError(f"trainer: {error}") from None
     finally:
         _finish_wandb()
+
+
+def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
+        from mdmkit.indicator.train import run_indicator_training
+
+        return run_indicator_training(cfg, output_dir)
+    config = to_container(cfg)
+    prepare_run(cfg)
+    data = cfg.data
+    module = MDMModule(config)
+    if cfg.get("init_from") is not None:  # fine-tuning: start from a trained model's (EMA) weights
+        module.start_from(TrainedModel(cfg.init_from).network(module.task))
+    sampler = build(cfg.sampler, "sampler")  # built now: a bad value must not wait for the end of training
+    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
+    banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
+    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
         return summary
