@@ -43,7 +43,6 @@ class TextTask(Validated):
 
     name: ClassVar[str]
     source: ClassVar[HubSource]
-    kind: ClassVar[str] = "text"  # tells the evaluation stage this task needs a tokenizer-carrying model
 
     shots: int = 0
     max_gen_len: int = 256
