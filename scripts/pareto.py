@@ -38,11 +38,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--title", help="plot title")
     parser.add_argument("--cost", action="store_true",
                         help="x axis = cost (NFE + fractional passes such as a planner or an indicator)")
+    parser.add_argument("--metric", default="accuracy",
+                        help="row field on the quality axis (default accuracy; e.g. spelling_accuracy for text)")
+    parser.add_argument("--tag", action="append", default=[], metavar="CHECKPOINT=LABEL",
+                        help="compare several checkpoints: prefix the families of CHECKPOINT (sha prefix, path or "
+                             "file name) with LABEL; repeat once per checkpoint")
     parser.add_argument("--notes", type=Path, help="markdown file inserted after the summary (analysis, commands)")
     args = parser.parse_args(argv)
     if not 0 < args.keep <= 1:
         parser.error(f"--keep {args.keep} must be in (0, 1]")
+    if any("=" not in tag for tag in args.tag):
+        parser.error("--tag takes CHECKPOINT=LABEL")
+    if args.tag and args.checkpoint:
+        parser.error("--tag and --checkpoint exclude each other")
     return args
+
+
+def on_metric(rows: list[dict], metric: str) -> list[dict]:
+    """The rows with `metric` as their accuracy (its CI only belongs to accuracy itself); rows without it go."""
+    if metric == "accuracy":
+        return rows
+    return [{**r, "accuracy": r[metric], "accuracy_ci95": None} for r in rows
+            if isinstance(r.get(metric), (int, float))]
+
+
+def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
+    """Families prefixed by their checkpoint's label, so that fronts of several checkpoints share one page."""
+    tagged = []
+    for row in rows:
+        labels = [label for checkpoint, label in (t.split("=", 1) for t in tags)
+                  if pareto.select_rows([row], checkpoint=checkpoint)]
+        if len(labels) != 1:
+            raise ValueError(f"checkpoint {pareto.checkpoints([row])[0]} matches {len(labels)} --tag options")
+        tagged.append({**row, "family": f"{labels[0]}: {pareto.derive_family(row)}"})
+    return tagged
 
 
 def speedup_levels(reference: float, keep: float) -> list[float]:
@@ -60,35 +89,43 @@ def run(args: argparse.Namespace, command: str) -> str:
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
     if args.cost:  # every later step reads nfe_mean: make it the full cost
         selected = [{**r, "nfe_mean": r.get("cost_mean", r["nfe_mean"])} for r in selected]
+    selected = on_metric(selected, args.metric)
+    if args.tag:
+        selected = tag_families(selected, args.tag)
     found = pareto.checkpoints(selected)
-    if len(found) > 1:
+    if len(found) > 1 and not args.tag:
         raise ValueError(f"rows of task {args.task} come from {len(found)} checkpoints ({', '.join(found)}): "
                          "pick one with --checkpoint")
     families = pareto.families(selected)
     if args.baseline and args.baseline not in families:
         raise ValueError(f"baseline family {args.baseline} has no rows (families: {', '.join(families)})")
     if not pareto.overall_front(selected):
-        raise ValueError(f"no evaluate rows with accuracy and nfe_mean for task {args.task}")
+        raise ValueError(f"no evaluate rows with {args.metric} and nfe_mean for task {args.task}")
 
     reference = args.reference_accuracy
     if reference is None:
         reference = pareto.reference_accuracy_of(selected, args.baseline)
         if reference is None:
             reference = pareto.reference_accuracy_of(selected)
-    checkpoint = found[0]
-    title = args.title or f"{args.task}: accuracy vs NFE ({Path(checkpoint).name or checkpoint})"
+    checkpoint = ", ".join(found)
+    x_name = "cost (NFE + extra passes)" if args.cost else "NFE"
+    title = args.title or f"{args.task}: {args.metric} vs {x_name} ({Path(found[0]).name or checkpoint})"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    xlabel = ("cost (mean forward passes, extra passes at their share)" if args.cost
+              else "NFE (mean forward passes per example)")
     png = pareto.plot_fronts(selected, out.with_name(out.name + ".png"), title, log_nfe=args.log_nfe,
-                             baseline_family=args.baseline)
+                             baseline_family=args.baseline, xlabel=xlabel, ylabel=args.metric)
     table = pareto.summary_table(selected, reference_accuracy=reference, keep=args.keep)
 
     reference_source = ("given" if args.reference_accuracy is not None
                         else f"best accuracy of {args.baseline}" if args.baseline else "best accuracy of all runs")
-    page = [f"# {title}", "", f"![accuracy vs NFE]({png.name})", "",
+    page = [f"# {title}", "", f"![{args.metric} vs {x_name}]({png.name})", "",
             (f"Task `{args.task}`, checkpoint `{checkpoint}`; {len(selected)} rows "
              f"({sum(r.get('kind') == pareto.ORACLE for r in selected)} oracle floor). "
-             f"Reference accuracy {reference:.4f} ({reference_source})."), "", "## Summary", "", table, ""]
+             f"Reference {args.metric} {reference:.4f} ({reference_source})."
+             + ("" if args.metric == "accuracy" else f" The tables' accuracy columns hold {args.metric}.")),
+            "", "## Summary", "", table, ""]
     if args.baseline:
         page += [f"## Speedup over {args.baseline}", "",
                  (f"NFE of {args.baseline} / NFE of the family at the same accuracy, both interpolated linearly "

@@ -228,3 +228,22 @@ def test_cli_one_line_errors(tmp_path):
         done = run_script(*args, "--out", str(tmp_path / "out"), *([] if "--task" in args else ["--task", "sudoku"]))
         assert done.returncode == 2
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_cli_compares_tagged_checkpoints_on_another_metric(tmp_path):
+    mdm = [{**row("window-random", nfe, 0.0, sha="aaaaaaa111", window_param=1 / nfe), "spelling_accuracy": s}
+           for nfe, s in ((4, 0.40), (8, 0.50), (16, 0.60))]
+    spec = [{**row("speculative-random", nfe, 0.0, sha="bbbbbbb222", window_param=1 / nfe), "spelling_accuracy": s}
+            for nfe, s in ((2, 0.40), (4, 0.50), (8, 0.60))]
+    undefined = {**row("speculative-random", 1, 0.0, sha="bbbbbbb222", window_param=1.0), "spelling_accuracy": None}
+    results = write_jsonl(tmp_path / "r.jsonl", [*mdm, *spec, undefined])
+    out = tmp_path / "text"
+    done = run_script(str(results), "--out", str(out), "--task", "sudoku", "--metric", "spelling_accuracy",
+                      "--tag", "aaaaaaa=mdm", "--tag", "bbbbbbb=spec", "--baseline", "mdm: window-random")
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "text.md").read_text()
+    assert "| spec: speculative-random | 2.00× (5.6 vs 11.2) | 2.00× (6.8 vs 13.6) |" in page
+    written = [json.loads(line) for line in (tmp_path / "text.jsonl").read_text().splitlines()]
+    assert len(written) == 6 and {r["family"] for r in written} == {"mdm: window-random", "spec: speculative-random"}
+    untagged = run_script(str(results), "--out", str(out), "--task", "sudoku", "--tag", "aaaaaaa=mdm")
+    assert untagged.returncode == 2 and "matches 0 --tag options" in untagged.stderr

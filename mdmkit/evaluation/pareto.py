@@ -318,7 +318,8 @@ def family_colors(names: Iterable[str]) -> dict[str, Any]:
 
 
 def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str, log_nfe: bool = True,
-                baseline_family: str | None = None) -> Path:
+                baseline_family: str | None = None, xlabel: str = "NFE (mean forward passes per example)",
+                ylabel: str = "accuracy") -> Path:
     """Accuracy vs NFE: every run as a faint point, each family's front as a line with markers (95% CI bars
     where rows have `accuracy_ci95`), the overall front highlighted underneath, the oracle floor dashed black.
     Saves a PNG (dpi 150) and returns its path. Log NFE axis falls back to linear if an NFE is <= 0."""
@@ -366,8 +367,8 @@ def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str,
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
         ax.xaxis.set_minor_formatter(FuncFormatter(
             lambda x, _: f"{x:g}" if f"{x:.0e}"[0] in "25" else ""))
-    ax.set_xlabel("NFE (mean forward passes per example)" + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel("accuracy")
+    ax.set_xlabel(xlabel + (", log scale" if ax.get_xscale() == "log" else ""))
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.25)
     handles, labels = ax.get_legend_handles_labels()

@@ -27,6 +27,7 @@ class EvalResult:
     oracle_nfe: np.ndarray | None = None  # the oracle floor of this sampler's trajectories (if asked for)
     nfe_to_stop: np.ndarray | None = None  # NFE when the stop condition was met (= nfe without one)
     answer_tokens: np.ndarray | None = None  # tokens each sample had to generate
+    metrics: dict[str, Any] = field(default_factory=dict)  # the task's split-level measures (PuzzleTask.sample_metrics)
 
     @property
     def accuracy(self) -> float:
@@ -51,6 +52,7 @@ class EvalResult:
             "cost_mean": float(self.nfe.mean() + sum(c.mean() for c in self.extra_cost.values())),
             "extra_cost_mean": {kind: float(c.mean()) for kind, c in self.extra_cost.items()},
         }
+        summary.update(self.metrics)
         if self.oracle_nfe is not None:
             summary.update(oracle_nfe_mean=float(self.oracle_nfe.mean()), oracle_nfe=describe(self.oracle_nfe))
         return summary
@@ -117,7 +119,9 @@ def sample_split(
         kind: torch.cat([batch.get(kind, torch.zeros(len(n), dtype=torch.float64)) for batch, n in zip(extra, nfe)]).numpy()
         for kind in sorted(kinds)
     }
+    predicted = torch.cat(predictions)
     return EvalResult(
-        torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, torch.cat(predictions), extra_cost,
+        torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, predicted, extra_cost,
         torch.cat(floors).numpy() if oracle else None, torch.cat(to_stop).numpy(), torch.cat(tokens).numpy(),
+        task.sample_metrics(predicted),
     )

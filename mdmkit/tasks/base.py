@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -124,6 +124,10 @@ class PuzzleTask(Validated):
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Bool [B]: whether each predicted sequence solves its puzzle."""
         raise NotImplementedError
+
+    def sample_metrics(self, predicted: torch.Tensor) -> dict[str, Any]:
+        """Quality measures of a whole split's samples beyond accuracy (text: spelling, entropy); none here."""
+        return {}
 
     def stop_condition(self) -> StopCondition | None:
         """generate_until for tasks whose answers end early (an end token): samplers may stop there."""

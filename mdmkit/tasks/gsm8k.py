@@ -16,14 +16,14 @@ from mdmkit.config import require
 from mdmkit.tasks.extraction import extract_gsm8k_answer
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 
-_CALCULATOR = re.compile(r"<<[^>]*>>")  # the dataset's calculator annotations, e.g. <<48/2=24>>
+CALCULATOR = re.compile(r"<<[^>]*>>")  # the dataset's calculator annotations, e.g. <<48/2=24>>
 _FINAL = re.compile(r"\n?####\s*(.+)\s*$")
 LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]
 
 
 def worked_solution(answer_field: str) -> str:
     """A gold solution as prose ending in "The answer is N." (calculator annotations removed)."""
-    body = _CALCULATOR.sub("", answer_field)
+    body = CALCULATOR.sub("", answer_field)
     match = _FINAL.search(body)
     require(match is not None, f"a GSM8K solution without '#### N': {answer_field[-60:]!r}")
     steps = " ".join(line.strip() for line in body[: match.start()].splitlines() if line.strip())
