@@ -1,4 +1,4 @@
-"""The character-level text task of issue #7: normalisation, the paper's word rule, spelling accuracy, entropy."""
+"""Issue #7's character-level text task: normalisation, the paper's word rule, spelling accuracy, entropy."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from mdmkit.tasks.chars import ALPHABET, CharTextTask, normalize, unigram_entrop
 from mdmkit.training.train import run_training
 
 DOCS = [doc for i in range(40) for doc in (
-    {"question": f"Tom has {i} apples. How many <<1+{i}={i + 1}>> apples?", "answer": f"He has {i} apples.\n#### {i}"},
-    {"question": f"Ann buys {i + 12} pens for ${i}.", "answer": f"Each pen costs {i}/{i + 12} dollars.\n#### {i}"},
+    {"question": f"Tom has {i} apples. How many <<1+{i}={i + 1}>> apples?",
+     "answer": f"He has {i} apples.\n#### {i}"},
+    {"question": f"Ann buys {i + 12} pens for ${i}.",
+     "answer": f"Each pen costs {i}/{i + 12} dollars.\n#### {i}"},
 )]
 
 
@@ -72,7 +74,7 @@ def test_windows_come_from_the_corpus_and_are_all_answer(data_dir: Path) -> None
     test = splits["test"]
     assert bool(test.answer_mask.all())
     assert all(task.decode(row) in task.corpus for row in test.tokens)
-    assert task.sample_metrics(test.tokens)["spelling_accuracy"] == 1.0  # real text spells right by definition
+    assert task.sample_metrics(test.tokens)["spelling_accuracy"] == 1.0  # real text spells right by design
 
 
 def test_real_gsm8k_text_spells_right_and_noise_does_not() -> None:
@@ -112,7 +114,8 @@ def test_text_experiments_train_and_report_spelling(tmp_path: Path, data_dir: Pa
     tiny = [o for o in TINY if not o.startswith(("model=", "task.workers"))]
     model = ["model=tiny"] if experiment == "text_mdm" else ["model=speculative_tiny"]
     config = compose_config("train", [*tiny, f"experiment={experiment}", *model, f"task.data_dir={data_dir}",
-                                      "task.length=16", "eval_limit=8", f"results_file={tmp_path}/rows.jsonl"])
+                                      "task.length=16", "eval_limit=8",
+                                      f"results_file={tmp_path}/rows.jsonl"])
     summary = run_training(config, tmp_path / "run")
     assert summary["global_step"] == 4 and summary["n"] == 8
     spelling = summary["spelling_accuracy"]

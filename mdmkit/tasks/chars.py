@@ -1,9 +1,9 @@
 """Character-level text from the GSM8K training problems, for unconditional generation (issue #7's text task).
 
-The self-speculative paper measures text samples on text8 by *spelling accuracy* (§5.1, App. E.1): the share of
-generated words that occur in the training text, a word being the lowercase characters between two whitespace
-characters. Low-temperature collapse can pass that test with a few common words, so the per-sample *unigram
-entropy* of the characters is reported beside it (App. E.2).
+The self-speculative paper measures text samples on text8 by *spelling accuracy* (§5.1, App. E.1): the
+share of generated words that occur in the training text, a word being the lowercase characters between two
+whitespace characters. Low-temperature collapse can pass that test with a few common words, so the
+per-sample *unigram entropy* of the characters is reported beside it (App. E.2).
 
 The corpus is every train problem (question, then its solution without calculator annotations), lowercased and
 reduced to a small alphabet. Examples are windows of `length` characters at random offsets; every position is
@@ -57,7 +57,7 @@ def unigram_entropy(text: str) -> float:
 
 @dataclass
 class CharTextTask(PuzzleTask):
-    """Windows of `length` characters of the GSM8K train problems (local files via `data_dir`, else the hub)."""
+    """Windows of `length` characters of the GSM8K train problems (local files via `data_dir`, else hub)."""
 
     name = "gsm8k_chars"
 
@@ -75,7 +75,8 @@ class CharTextTask(PuzzleTask):
     def corpus(self) -> str:
         docs = GSM8KTask(data_dir=self.data_dir).docs("train")
         text = " ".join(normalize(f"{doc['question']} {doc['answer']}") for doc in docs)
-        require(len(text) > 10 * self.length, f"the corpus ({len(text)} characters) is too short for length {self.length}")
+        require(len(text) > 10 * self.length,
+                f"the corpus ({len(text)} characters) is too short for length {self.length}")
         return text
 
     @cached_property
