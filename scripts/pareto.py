@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
 
 
 def speedup_levels(reference: float, keep: float) -> list[float]:
-    return sorted({round(fraction * reference, 6) for fraction in (*KEEP_LEVELS, keep)})
+    """Rounded down to 6 decimals: rounding up could put the level 1.0 x reference above every front."""
+    return sorted({math.floor(fraction * reference * 1e6) / 1e6 for fraction in (*KEEP_LEVELS, keep)})
 
 
 def run(args: argparse.Namespace, command: str) -> str:

@@ -247,3 +247,19 @@ def test_cli_compares_tagged_checkpoints_on_another_metric(tmp_path):
     assert len(written) == 6 and {r["family"] for r in written} == {"mdm: window-random", "spec: speculative-random"}
     untagged = run_script(str(results), "--out", str(out), "--task", "sudoku", "--tag", "aaaaaaa=mdm")
     assert untagged.returncode == 2 and "matches 0 --tag options" in untagged.stderr
+
+
+def test_speculative_figure_draws_a_panel_per_rows_file(tmp_path):
+    maze = write_jsonl(tmp_path / "maze.jsonl", [row("mdm: topk-confidence", 16, 0.55, k=1),
+                                                 row("hybrid: speculative-confidence", 2.3, 0.70, k=2)])
+    text = write_jsonl(tmp_path / "text.jsonl", [{**row("mdm: window-random", 4, 0.0), "spelling_accuracy": 0.4}])
+    done = subprocess.run([sys.executable, "scripts/speculative_figure.py", f"{maze}:accuracy",
+                           f"{text}:spelling_accuracy", "--out", str(tmp_path / "fig")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    written = [json.loads(line) for line in (tmp_path / "fig.jsonl").read_text().splitlines()]
+    assert [r["panel"] for r in written] == ["maze", "maze", "text"] and written[2]["accuracy"] == 0.0
+    missing = subprocess.run([sys.executable, "scripts/speculative_figure.py", f"{tmp_path}/none.jsonl:accuracy",
+                              "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "none.jsonl" in missing.stderr
