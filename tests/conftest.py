@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
@@ -39,6 +41,15 @@ def _isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     cache = tmp_path_factory.getbasetemp() / "data-cache"  # shared by the session: generate once
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(cache))
     monkeypatch.setenv("WANDB_MODE", "offline")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny forwards run fastest, and share two cores best, on one intra-op thread (modules opt in)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def compose_config(config_name: str = "train", overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:

@@ -46,13 +46,7 @@ V, M, L = 9, 8, 14  # vocabulary (the last token is the mask), mask id, sequence
 INF = math.inf
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    """Tiny networks run fastest, and share the machine best, on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def network(seed: int = 1) -> torch.nn.Module:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,7 @@ PERMUTATIONS = list(itertools.permutations(range(3)))
 SEQUENCES = list(itertools.product(range(3), repeat=3))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def hybrid(positions: str = "rotary", length: int = 3, seed: int = 1,
