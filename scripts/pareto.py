@@ -55,14 +55,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def on_metric(rows: list[dict], metric: str) -> list[dict]:
-    """The rows with `metric` as their accuracy (its CI only belongs to accuracy itself); rows without it go."""
-    if metric == "accuracy":
-        return rows
-    return [{**r, "accuracy": r[metric], "accuracy_ci95": None} for r in rows
-            if isinstance(r.get(metric), (int, float))]
-
-
 def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
     """Families prefixed by their checkpoint's label, so that fronts of several checkpoints share one page."""
     tagged = []
@@ -89,9 +81,7 @@ def run(args: argparse.Namespace, command: str) -> str:
         tasks = sorted({str(r.get("task")) for r in rows})
         where = f" and checkpoint {args.checkpoint}" if args.checkpoint else ""
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
-    if args.cost:  # every later step reads nfe_mean: make it the full cost
-        selected = [{**r, "nfe_mean": r.get("cost_mean", r["nfe_mean"])} for r in selected]
-    selected = on_metric(selected, args.metric)
+    selected = pareto.on_axes(selected, args.metric, args.cost)  # every later step reads accuracy and nfe_mean
     if args.tag:
         selected = tag_families(selected, args.tag)
     found = pareto.checkpoints(selected)

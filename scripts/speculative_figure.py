@@ -27,12 +27,6 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def as_points(rows: list[dict], metric: str) -> list[dict]:
-    """Rows seen by the front code: `metric` as accuracy, the full cost as NFE; rows without the metric go."""
-    return [{**r, "accuracy": r[metric], "nfe_mean": r.get("cost_mean", r["nfe_mean"])} for r in rows
-            if isinstance(r.get(metric), (int, float))]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("panels", nargs="+", help="ROWS.jsonl:METRIC, one per panel")
@@ -50,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         path, _, metric = spec.rpartition(":")
         try:
             raw = read_rows(Path(path))
-            rows = as_points(raw, metric)
+            rows = pareto.on_axes(raw, metric, cost=True)
         except (OSError, ValueError, KeyError) as error:
             print(f"speculative_figure.py: error: {spec}: {error}", file=sys.stderr)
             return 2

@@ -201,6 +201,22 @@ def pareto_front(candidates: Iterable[PointLike]) -> list[Point]:
     return front
 
 
+def on_axes(rows: Iterable[Mapping[str, Any]], metric: str = "accuracy", cost: bool = False) -> list[dict[str, Any]]:
+    """Rows as the front code reads them: `metric` as accuracy (its CI only belongs to accuracy itself; rows
+    without the metric go) and, with `cost`, the full cost (NFE + fractional passes) as NFE."""
+    out = []
+    for row in rows:
+        row = dict(row)
+        if cost:
+            row["nfe_mean"] = row.get("cost_mean", row["nfe_mean"])
+        if metric != "accuracy":
+            if not isinstance(row.get(metric), (int, float)):
+                continue
+            row.update(accuracy=row[metric], accuracy_ci95=None)
+        out.append(row)
+    return out
+
+
 def families(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """Families present, sorted, with "oracle" last."""
     names = {derive_family(row) for row in rows}
