@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mdmkit.errors import MdmkitError
+from mdmkit.core.errors import MdmkitError
 
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
 
@@ -25,10 +25,14 @@ def _fail(error: MdmkitError) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def train(cfg: DictConfig) -> None:
-    from mdmkit.training.train import run_training  # heavy imports after Hydra has parsed the command line
+    # heavy imports after Hydra has parsed the command line
+    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
+        from mdmkit.training.indicator.train import run_indicator_training as run
+    else:
+        from mdmkit.training.train import run_training as run
 
     try:
-        run_training(cfg, Path(HydraConfig.get().runtime.output_dir))
+        run(cfg, Path(HydraConfig.get().runtime.output_dir))
     except MdmkitError as error:
         _fail(error)
 

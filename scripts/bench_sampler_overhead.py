@@ -57,9 +57,9 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import mdmkit.conf  # noqa: E402
-from mdmkit.checkpoint import TrainedModel  # noqa: E402
-from mdmkit.config import build  # noqa: E402
-from mdmkit.evaluation.results import machine  # noqa: E402
+from mdmkit.core.config import build  # noqa: E402
+from mdmkit.io.checkpoint import TrainedModel  # noqa: E402
+from mdmkit.io.results import machine  # noqa: E402
 from mdmkit.samplers import (  # noqa: E402
     DreamStepsSampler,
     EBSampler,

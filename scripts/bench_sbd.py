@@ -34,9 +34,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from mdmkit.checkpoint import TrainedModel  # noqa: E402
-from mdmkit.evaluation.results import provenance, wilson_interval  # noqa: E402
 from mdmkit.evaluation.runner import sample_split  # noqa: E402
+from mdmkit.io.checkpoint import TrainedModel  # noqa: E402
+from mdmkit.io.results import provenance, wilson_interval  # noqa: E402
 from mdmkit.samplers import EBSampler, NTPDecoder, SBDSampler  # noqa: E402
 from mdmkit.tasks.arithmetic import END, VOCAB  # noqa: E402
 

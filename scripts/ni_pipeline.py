@@ -31,11 +31,12 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf, open_dict
 
-from mdmkit.checkpoint import TrainedModel
-from mdmkit.evaluation.evaluate import resolve_device, run_evaluation
-from mdmkit.indicator.checkpoint import load_indicator
-from mdmkit.indicator.model import IndicatorScorer, exclude_mask, forward_with_hidden
-from mdmkit.indicator.train import run_indicator_training
+from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.indicator import load_indicator
+from mdmkit.models.indicator import IndicatorScorer, exclude_mask, num_parameters
+from mdmkit.training.indicator.train import run_indicator_training
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -114,12 +115,12 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
         return statistics.median(times[1:])
 
     with torch.no_grad():
-        logits, hidden = forward_with_hidden(network, prompts)
+        logits, hidden = network.forward_with_hidden(prompts)
         logits = exclude_mask(logits, task.mask_id)
         forward = seconds(lambda: network(prompts))
         pass_ = seconds(lambda: scorer(masked, logits, hidden))
     return {"batch": len(prompts), "forward_s": forward, "indicator_s": pass_,
-            "measured_share": pass_ / forward, "parameter_share": scorer.share(network)}
+            "measured_share": pass_ / forward, "parameter_share": num_parameters(scorer.indicator) / num_parameters(network)}
 
 
 def table(rows: list[dict]) -> str:

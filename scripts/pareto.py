@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from mdmkit.evaluation import pareto
+from mdmkit.analysis import pareto
 
 KEEP_LEVELS = (0.90, 0.95, 0.99, 1.0)  # speedups at these fractions of the reference accuracy, plus --keep
 

@@ -40,7 +40,7 @@ from mdmkit.analysis.roofline import (
     forward_time,
     roofline_table,
 )
-from mdmkit.errors import MdmkitError
+from mdmkit.core.errors import MdmkitError
 
 PAPER = ("Set Block Decoding is a Language Model Inference Accelerator (Gat et al., 2025), section 4 and "
          "Tables 3-4")

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from mdmkit.evaluation import pareto
+from mdmkit.analysis import pareto
 
 BASELINE_LABEL = "mdm"  # the --tag label of the same-architecture MDM; its families are drawn dashed
 

@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from mdmkit.evaluation.results import read_records  # noqa: E402
+from mdmkit.io.results import read_records  # noqa: E402
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

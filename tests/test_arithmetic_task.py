@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import compose_config
 
-from mdmkit.config import build
-from mdmkit.errors import ConfigError, DataFormatError
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError, DataFormatError
 from mdmkit.tasks.arithmetic import ArithmeticTask
 from mdmkit.tasks.base import Split
 

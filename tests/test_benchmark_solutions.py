@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import BENCHMARK_DATA
 
-from mdmkit.evaluation.sandbox import ENV_VAR, SandboxLimits, run_many
+from mdmkit.sandbox import ENV_VAR, SandboxLimits, run_many
 
 DATA = BENCHMARK_DATA
 HUMANEVAL = DATA / "HumanEval.jsonl.gz"

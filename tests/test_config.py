@@ -8,8 +8,8 @@ import pytest
 from conftest import TINY, compose_config, run_cli
 from hydra.errors import ConfigCompositionException
 
-from mdmkit.config import build, to_container
-from mdmkit.errors import ConfigError
+from mdmkit.core.config import build, to_container
+from mdmkit.core.errors import ConfigError
 from mdmkit.training.module import MDMModule
 
 CONF = Path(__file__).resolve().parents[1] / "mdmkit" / "conf"

@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from mdmkit.errors import CheckpointError
+from mdmkit.core.errors import CheckpointError
 from mdmkit.models.hf import HFMaskedDiffusion, load_causal_lm, load_masked_diffusion
 from mdmkit.samplers import (
     DreamStepsSampler,

@@ -19,10 +19,10 @@ pytest.importorskip("transformers")
 
 import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
-
-from mdmkit.errors import ConfigError  # noqa: E402
-from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
 from tiny_text_models import save_masked_lm  # noqa: E402
+
+from mdmkit.core.errors import ConfigError  # noqa: E402
+from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
 
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").exists(),
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")
@@ -164,8 +164,8 @@ def test_loglikelihood_returns_one_pair_per_request(model_dir):
 
 @needs_data
 def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(model_dir, monkeypatch):
-    from mdmkit.evaluation.sandbox import ENV_VAR
     from mdmkit.lm_eval_tasks import utils
+    from mdmkit.sandbox import ENV_VAR
 
     monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
     monkeypatch.setenv(ENV_VAR, "1")

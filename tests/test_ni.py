@@ -13,21 +13,20 @@ import pytest
 import torch
 from conftest import TINY, compose_config
 
-from mdmkit.checkpoint import save_slim
-from mdmkit.config import build, to_container
-from mdmkit.errors import CheckpointError, ConfigError
-from mdmkit.indicator.checkpoint import load_indicator, save_indicator
-from mdmkit.indicator.labels import draw_rollback, merge_labels, rollback_state
-from mdmkit.indicator.model import (
+from mdmkit.core.config import build, to_container
+from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.io.checkpoint import save_slim
+from mdmkit.io.indicator import load_indicator, save_indicator
+from mdmkit.models import TransformerConfig
+from mdmkit.models.indicator import (
     Features,
     IndicatorConfig,
     IndicatorScorer,
     exclude_mask,
     features,
-    forward_with_hidden,
 )
-from mdmkit.indicator.trajectories import TrajectoryConfig, build_trajectories, load_trajectories
-from mdmkit.models import TransformerConfig
+from mdmkit.objectives.indicator import draw_rollback, merge_labels, rollback_state
 from mdmkit.samplers import (
     EBSampler,
     ForwardCounter,
@@ -40,10 +39,12 @@ from mdmkit.samplers import (
 from mdmkit.samplers.ni import NISampler
 from mdmkit.samplers.oracle import oracle_floor, oracle_groups
 from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.training.indicator.trajectories import TrajectoryConfig, build_trajectories, load_trajectories
 from mdmkit.training.module import MDMModule
 
 V, M, L = 9, 8, 14  # vocabulary (the last token is the mask), mask id, sequence length
 INF = math.inf
+NI = "mdmkit.samplers.ni.NISampler"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -175,7 +176,7 @@ def test_an_indicator_scoring_the_oracle_labels_reaches_the_oracle_floor(base: M
         prompt = x[row : row + 1]
         reference, _ = run(base, net, prompt)
         floor = int(oracle_floor(net, prompt, reference, M)[0])
-        sampler = NISampler(base=base, epsilon=0.5, indicator_cost=0.0).set_indicator(OracleScorer(reference))
+        sampler = NISampler(base=base, epsilon=0.5, indicator_cost=0.0, indicator=OracleScorer(reference))
         sampled, counter = run(sampler, net, prompt)
         assert torch.equal(sampled.tokens, reference.tokens)  # trajectory preserved: the same output
         assert int(sampled.steps[0]) == int(counter.nfe[0]) == floor
@@ -197,9 +198,9 @@ def test_an_indicator_scoring_the_oracle_labels_reaches_the_oracle_floor(base: M
 def test_epsilon_one_is_the_base_sampler_and_so_is_a_silent_indicator(base: MaskedSampler, seed: int | None):
     net, x = network(), prompts()
     expected, base_counter = run(base, net, x, seed)
-    silent = NISampler(base=base, epsilon=0.5).set_indicator(lambda m, *_: torch.full(m.shape, -INF))
+    silent = NISampler(base=base, epsilon=0.5, indicator=lambda m, *_: torch.full(m.shape, -INF))
     counters = []
-    for sampler in (NISampler(base=base, epsilon=1.0).set_indicator(scorer(net)), silent):
+    for sampler in (NISampler(base=base, epsilon=1.0, indicator=scorer(net)), silent):
         sampled, counter = run(sampler, net, x, seed)
         for field in ("tokens", "reveal_step", "steps"):
             assert torch.equal(getattr(sampled, field), getattr(expected, field)), field
@@ -211,7 +212,7 @@ def test_epsilon_one_is_the_base_sampler_and_so_is_a_silent_indicator(base: Mask
 
 def test_epsilon_zero_reveals_each_block_in_one_step() -> None:
     net, x = network(), prompts()
-    sampler = NISampler(base=TopKSampler(block_length=4), epsilon=0.0).set_indicator(scorer(net))
+    sampler = NISampler(base=TopKSampler(block_length=4), epsilon=0.0, indicator=scorer(net))
     sampled, counter = run(sampler, net, x)
     assert sampled.steps.tolist() == [3] * len(x)  # 10 masked positions in blocks of 4, 4, 2
     assert not (sampled.tokens == M).any()
@@ -220,11 +221,11 @@ def test_epsilon_zero_reveals_each_block_in_one_step() -> None:
 def test_batched_equals_single_and_the_indicator_is_charged_at_its_share() -> None:
     net, x = network(), prompts(rows=6)
     indicator = scorer(net, scale=40.0)
-    sampler = NISampler(base=EBSampler(gamma=0.05), epsilon=0.6).set_indicator(indicator)
+    sampler = NISampler(base=EBSampler(gamma=0.05), epsilon=0.6, indicator=indicator)
     batched, counter = run(sampler, net, x)
     base, _ = run(sampler.base, net, x)
     assert (batched.steps < base.steps).any()  # the indicator does reveal extra positions
-    share = indicator.share(net)
+    share = sum(p.numel() for p in indicator.indicator.parameters()) / sum(p.numel() for p in net.parameters())
     assert 0 < share < 1
     assert torch.allclose(counter.extra["indicator"], counter.nfe.double() * share)
     assert torch.allclose(counter.cost, counter.nfe.double() * (1 + share))
@@ -240,7 +241,7 @@ def test_batched_equals_single_and_the_indicator_is_charged_at_its_share() -> No
 
 def test_features_and_indicator_have_the_documented_shapes() -> None:
     net, x = network(), prompts(rows=3)
-    logits, hidden = forward_with_hidden(net, x)
+    logits, hidden = net.forward_with_hidden(x)
     assert torch.equal(logits, net(x)) and hidden.shape == (3, L, 32)
     assert torch.allclose(net.head(hidden), logits)  # the hidden state is the output head's input
     logits = exclude_mask(logits, M)
@@ -266,7 +267,7 @@ def test_features_and_indicator_have_the_documented_shapes() -> None:
     [
         (lambda: NISampler(epsilon=1.5), r"epsilon=1.5 must lie in \[0, 1\]"),
         (lambda: NISampler(epsilon=-0.1), r"epsilon=-0.1 must lie in \[0, 1\]"),
-        (lambda: NISampler(indicator="no/such.pt"), "indicator=no/such.pt: no such checkpoint"),
+        (lambda: NISampler(indicator="no/such.pt"), "indicator must be a loaded scorer"),
         (lambda: NISampler(indicator_cost=-1.0), "indicator_cost=-1.0 must be >= 0 or null"),
         (lambda: NISampler(base=P2Sampler()), "base=P2Sampler.*expected MaskedSampler"),
         (lambda: IndicatorConfig(top_tokens=0), "top_tokens=0 must be >= 1"),
@@ -277,8 +278,8 @@ def test_features_and_indicator_have_the_documented_shapes() -> None:
         (lambda: TrajectoryConfig(checkpoint=__file__, split="dev"), "split='dev' is not one of train, val"),
         (lambda: TrajectoryConfig(checkpoint=__file__, shard_size=0), "shard_size=0 must be >= 1"),
         (lambda: NISampler().sample(ForwardCounter(network(), 1), prompts(1), M), "needs an indicator"),
-        (lambda: NISampler(indicator_cost=0.0).set_indicator(OracleScorer(None)).sample(
-            ForwardCounter(torch.nn.Identity(), 1), prompts(1), M), "needs a MaskedTransformer"),
+        (lambda: NISampler(indicator_cost=0.0, indicator=OracleScorer(None)).sample(
+            ForwardCounter(torch.nn.Identity(), 1), prompts(1), M), "does not provide hidden_states"),
     ],
 )
 def test_bad_settings_are_one_clear_error(make, message: str) -> None:
@@ -300,10 +301,12 @@ def test_an_indicator_is_refused_on_another_base_network(tmp_path: Path) -> None
     net = network()
     save_indicator(scorer(net).indicator, net, tmp_path / "indicator.pt", extra={"base_checkpoint": "net-1"})
     assert load_indicator(tmp_path / "indicator.pt").extra["base_checkpoint"] == "net-1"
-    sampler = NISampler(indicator=str(tmp_path / "indicator.pt"), epsilon=0.5)
-    run(sampler, net, prompts(2))  # the network it was trained on
+    config = {"_target_": NI, "indicator": str(tmp_path / "indicator.pt"), "epsilon": 0.5}
+    run(build_sampler(config, net), net, prompts(2))  # the network it was trained on
     with pytest.raises(CheckpointError, match="was trained on net-1; this base network differs"):
-        run(NISampler(indicator=str(tmp_path / "indicator.pt")), network(seed=2), prompts(2))
+        build_sampler(config, network(seed=2))
+    with pytest.raises(CheckpointError, match="sampler.indicator: checkpoint not found: no/such.pt"):
+        build_sampler({**config, "indicator": "no/such.pt"})  # before any network is loaded
     (tmp_path / "other.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         load_indicator(tmp_path / "other.pt")
@@ -317,12 +320,13 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained tiny Sudoku MDM as a slim checkpoint."""
     path = tmp_path_factory.mktemp("base") / "model.pt"
     torch.manual_seed(0)
-    save_slim(MDMModule(to_container(compose_config("train", TINY))), path)
+    module = MDMModule(to_container(compose_config("train", TINY)))
+    save_slim(module.config, module.ema.shadow, path)
     return path
 
 
 def test_trajectories_are_sharded_resumable_and_those_of_the_sampler(tiny_base: Path, tmp_path: Path) -> None:
-    from mdmkit.checkpoint import TrainedModel
+    from mdmkit.io.checkpoint import TrainedModel
 
     config = TrajectoryConfig(checkpoint=str(tiny_base), n_examples=9, shard_size=4, batch_size=3,
                               root=str(tmp_path), progress=False)
@@ -354,7 +358,7 @@ def test_trajectories_are_sharded_resumable_and_those_of_the_sampler(tiny_base: 
 
 
 def train_indicator(base: Path, out: Path, *overrides: str) -> dict:
-    from mdmkit.indicator.train import run_indicator_training
+    from mdmkit.training.indicator.train import run_indicator_training
 
     cfg = compose_config("train", [
         "experiment=sudoku_indicator", *TINY, f"trajectories.checkpoint={base}", "trajectories.n_examples=24",
@@ -376,13 +380,14 @@ def test_indicator_training_runs_end_to_end_and_its_checkpoint_samples(tiny_base
     for name in ("train/loss", "val/precision", "val/recall", "val/ni_agreement", "val/oracle_nfe"):
         assert name in metrics, name
 
-    from mdmkit.checkpoint import TrainedModel
+    from mdmkit.io.checkpoint import TrainedModel
 
     trained = TrainedModel(tiny_base)
     test = trained.task.load_splits()["test"].head(4)
     prompt = test.tokens.masked_fill(test.answer_mask, trained.task.mask_id)
-    sampler = NISampler(indicator=str(tmp_path / "indicator.pt"), epsilon=0.5)
-    counter = ForwardCounter(trained.network(), len(prompt))
+    network = trained.network()
+    sampler = build_sampler({"_target_": NI, "indicator": str(tmp_path / "indicator.pt"), "epsilon": 0.5}, network)
+    counter = ForwardCounter(network, len(prompt))
     sampled = sampler.sample(counter, prompt, trained.task.mask_id)
     assert not (sampled.tokens == trained.task.mask_id).any() and (counter.extra["indicator"] > 0).all()
 

@@ -9,10 +9,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mdmkit.config import build
-from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.core.config import build
+from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.core.stopping import StopCondition
+from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.models import TransformerConfig
-from mdmkit.samplers import ForwardCounter, P2Sampler, StopCondition
+from mdmkit.samplers import ForwardCounter, P2Sampler
 
 V, MASK, L = 6, 5, 10
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,7 +158,7 @@ def test_a_planner_scores_revealed_positions_and_sees_the_given_tokens() -> None
     """The planner doubts position 0 (p = 0.5 < 0.55), so it is re-masked at eta = 1; position 3 is given."""
     net, planner = Fixed(CONF + [0.9]), Fixed([0.5, 0.9, 0.9, 0.9])
     counter = ForwardCounter(net, 1)
-    sampler = P2Sampler(steps=3, eta=1.0, planner_cost=0.25).set_planner(planner)
+    sampler = P2Sampler(steps=3, eta=1.0, planner_cost=0.25, planner=planner)
     out = sampler.sample(counter, torch.tensor([[MASK, MASK, MASK, 4]]), MASK)
     assert out.tokens.tolist() == [[0, 1, 2, 4]]
     assert [s.tolist() for s in net.seen] == [[[MASK, MASK, MASK, 4]], [[0, MASK, MASK, 4]], [[MASK, 1, 2, 4]]]
@@ -190,7 +192,7 @@ def test_nfe_is_steps_per_row_and_the_planner_is_charged_at_its_share() -> None:
     x[2] = 1  # nothing to fill: never forwarded
     share = planner.num_parameters() / net.num_parameters()
     counter = ForwardCounter(net, 3)
-    out = P2Sampler(steps=6, eta=1.5).set_planner(planner).sample(counter, x, MASK)
+    out = P2Sampler(steps=6, eta=1.5, planner=planner).sample(counter, x, MASK)
     assert counter.nfe.tolist() == [6, 6, 0]
     assert out.steps.tolist() == [6, 6, 0]
     assert counter.extra["planner"].tolist() == pytest.approx([5 * share, 5 * share, 0.0])
@@ -202,14 +204,14 @@ def test_nfe_is_steps_per_row_and_the_planner_is_charged_at_its_share() -> None:
 
 def test_planner_share_defaults_to_one_without_parameter_counts() -> None:
     counter = ForwardCounter(Fixed(CONF), 1)  # a parameter-free denoiser
-    P2Sampler(steps=3).set_planner(Fixed(CONF)).sample(counter, torch.full((1, 3), MASK), MASK)
+    P2Sampler(steps=3, planner=Fixed(CONF)).sample(counter, torch.full((1, 3), MASK), MASK)
     assert counter.extra["planner"].tolist() == [2.0]
 
 
 def test_batched_equals_one_by_one_and_fixed_positions_never_change() -> None:
     net, planner = real_network(0), real_network(2, d_model=16, n_layers=1)
     x = prompts(6)
-    sampler = P2Sampler(steps=5, eta=2.0, kappa="cosine").set_planner(planner)
+    sampler = P2Sampler(steps=5, eta=2.0, kappa="cosine", planner=planner)
     batched = sampler.sample(ForwardCounter(net, 6), x, MASK)
     for row in range(6):
         single = sampler.sample(ForwardCounter(net, 1), x[row : row + 1], MASK)
@@ -258,12 +260,14 @@ def test_bad_config_is_a_config_error(fields: dict) -> None:
 def test_config_file_builds_the_defaults_and_rejects_misuse() -> None:
     assert build(OmegaConf.load(ROOT / "mdmkit/conf/sampler/p2.yaml"), "sampler") == P2Sampler()
     with pytest.raises(ConfigError, match="score='confidence'"):
-        P2Sampler(score="random").set_planner(Fixed(CONF))
+        P2Sampler(score="random", planner=Fixed(CONF))
     with pytest.raises(ValueError, match="stop conditions"):
         P2Sampler().sample(ForwardCounter(Fixed(CONF), 1), torch.full((1, 3), MASK), MASK, stop=StopCondition.of([1]))
 
 
-def test_a_planner_checkpoint_is_loaded_only_when_sampling(tmp_path: Path) -> None:
-    sampler = P2Sampler(steps=2, planner=str(tmp_path / "missing.pt"))  # building does not touch the file
+def test_a_planner_checkpoint_is_resolved_by_evaluation_not_by_the_sampler(tmp_path: Path) -> None:
+    config = {"_target_": "mdmkit.samplers.p2.P2Sampler", "steps": 2, "planner": str(tmp_path / "missing.pt")}
     with pytest.raises(CheckpointError, match="not found"):
-        sampler.sample(ForwardCounter(Fixed(CONF), 1), torch.full((1, 3), MASK), MASK)
+        build_sampler(config)  # checked before any model is loaded
+    with pytest.raises(ConfigError, match="loaded network"):
+        P2Sampler(planner="a/path.pt")  # a sampler never opens files

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmkit.evaluation import pareto
-from mdmkit.evaluation.pareto import Point
+from mdmkit.analysis import pareto
+from mdmkit.analysis.pareto import Point
 
 ROOT = Path(__file__).resolve().parents[1]
 

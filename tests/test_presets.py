@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import compose_config
 
-from mdmkit.config import build
+from mdmkit.core.config import build
 from mdmkit.models import TransformerConfig
 from mdmkit.samplers import ForwardCounter
 from mdmkit.samplers.ordering import entropy

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmkit.checkpoint import TrainedModel
 from mdmkit.evaluation.runner import sample_split
+from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers import TopKSampler
 from mdmkit.tasks.base import Split
 

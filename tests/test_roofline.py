@@ -21,7 +21,7 @@ from mdmkit.analysis.roofline import (
     roofline_table,
     sbd_speedup,
 )
-from mdmkit.errors import ConfigError
+from mdmkit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 # The paper prints three decimals, so a faithful reproduction is within half a unit of the last digit.

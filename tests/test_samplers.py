@@ -9,8 +9,9 @@ import pytest
 import torch
 from conftest import compose_config
 
-from mdmkit.config import build
-from mdmkit.errors import ConfigError
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError
+from mdmkit.core.stopping import StopCondition
 from mdmkit.models import TransformerConfig
 from mdmkit.samplers import (
     DreamStepsSampler,
@@ -19,7 +20,6 @@ from mdmkit.samplers import (
     ForwardCounter,
     RevealAllSampler,
     StepsSampler,
-    StopCondition,
     ThresholdSampler,
     TopKSampler,
 )

@@ -9,8 +9,8 @@ import tempfile
 
 import pytest
 
-from mdmkit.errors import ConfigError
-from mdmkit.evaluation.sandbox import (
+from mdmkit.core.errors import ConfigError
+from mdmkit.sandbox import (
     ENV_VAR,
     SandboxLimits,
     UnsafeExecutionError,

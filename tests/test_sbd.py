@@ -6,13 +6,13 @@ import pytest
 import torch
 from conftest import TINY, compose_config, run_cli
 
-from mdmkit.config import build
-from mdmkit.errors import ConfigError
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError
+from mdmkit.core.stopping import StopCondition
 from mdmkit.models.transformer import TransformerConfig
 from mdmkit.objectives.sbd import SBDLoss, causal_mask, sbd_attention_mask, sbd_block_mask
 from mdmkit.samplers import EBSampler, ForwardCounter, NTPDecoder, SBDSampler, ThresholdSampler, TopKSampler
 from mdmkit.samplers.sbd import _CausalDecodeState
-from mdmkit.samplers.stopping import StopCondition
 
 VOCAB, MASK, LENGTH = 12, 11, 20
 PROMPTS = [5, 8, 3]

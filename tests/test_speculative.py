@@ -13,14 +13,15 @@ import torch
 from conftest import TINY, compose_config
 from omegaconf import OmegaConf
 
-from mdmkit.checkpoint import TrainedModel
-from mdmkit.config import build
-from mdmkit.errors import ConfigError
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError
+from mdmkit.core.stopping import StopCondition
+from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.models import TransformerConfig
 from mdmkit.models.speculative import SpeculativeConfig, SpeculativeTransformer, Trunk
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 from mdmkit.objectives.speculative import SpeculativeLoss, random_order
-from mdmkit.samplers import ForwardCounter, StopCondition
+from mdmkit.samplers import ForwardCounter
 from mdmkit.samplers.speculative import SpeculativeSampler, WindowSampler, accept, residual, window_size
 from mdmkit.training.train import run_training
 
@@ -168,6 +169,7 @@ class Table(torch.nn.Module):
     every position after σ(n_known), the draft elsewhere (the contract of `causal`). Records causal inputs."""
 
     causal_share = 0.25
+    capabilities = frozenset({"causal_head"})
 
     def __init__(self, draft: list[list[float]], target: list[float]) -> None:
         super().__init__()
@@ -178,6 +180,9 @@ class Table(torch.nn.Module):
     def forward(self, tokens: torch.Tensor, return_trunk: bool = False) -> torch.Tensor | Trunk:
         trunk = Trunk(torch.zeros(*tokens.shape, 1), self.draft.expand(tokens.shape[0], -1, -1))
         return trunk if return_trunk else trunk.logits
+
+    def noncausal(self, tokens: torch.Tensor) -> Trunk:
+        return self(tokens, return_trunk=True)
 
     def causal(self, trunk: Trunk, tokens: torch.Tensor, order: torch.Tensor,
                n_known: torch.Tensor) -> torch.Tensor:

@@ -10,10 +10,10 @@ from conftest import TINY, compose_config, run_cli
 from omegaconf import open_dict
 
 import mdmkit.evaluation.evaluate as evaluate_module
-from mdmkit.errors import ConfigError
+from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
-from mdmkit.evaluation.results import read_records
 from mdmkit.evaluation.sweep import expand
+from mdmkit.io.results import read_records
 from mdmkit.training.train import run_training
 
 GRID = {"name": "mini", "entries": [

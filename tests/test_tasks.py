@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from mdmkit.errors import DataFormatError
+from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Split, assert_disjoint
 from mdmkit.tasks.maze import MazeTask
 from mdmkit.tasks.sudoku import SudokuTask

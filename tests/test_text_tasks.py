@@ -11,16 +11,17 @@ from conftest import BENCHMARK_DATA, compose_config
 
 pytest.importorskip("transformers")
 
-from mdmkit.config import build
-from mdmkit.errors import ConfigError, DataFormatError
+from tiny_text_models import byte_level_tokenizer, save_causal_lm, save_masked_lm
+
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError, DataFormatError
+from mdmkit.core.stopping import TextStop
 from mdmkit.evaluation.generation import TextModel, generate
-from mdmkit.evaluation.sandbox import ENV_VAR
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 from mdmkit.samplers import EBSampler, ThresholdSampler, TopKSampler
-from mdmkit.samplers.stopping import TextStop
+from mdmkit.sandbox import ENV_VAR
 from mdmkit.tasks.code import HumanEvalTask, MBPPTask
 from mdmkit.tasks.gsm8k import GSM8KTask, worked_solution
-from tiny_text_models import byte_level_tokenizer, save_causal_lm, save_masked_lm
 
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "mbpp.jsonl").exists(),
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")

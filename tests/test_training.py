@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import TINY, compose_config, run_cli
 
-from mdmkit.checkpoint import TrainedModel
-from mdmkit.errors import CheckpointError, ConfigError
+from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.training.train import run_training
 
 

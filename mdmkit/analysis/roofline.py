@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mdmkit.config import require
+from mdmkit.core.config import require
 
 ShapeConvention = Literal["paper", "corrected"]
 SHAPE_CONVENTIONS: tuple[str, ...] = ("paper", "corrected")

@@ -14,35 +14,31 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from mdmkit.checkpoint import TrainedModel
-from mdmkit.config import build, require, to_container
-from mdmkit.evaluation.pareto import derive_family, plot_fronts
-from mdmkit.evaluation.results import (
+from mdmkit.analysis.pareto import derive_family, plot_fronts
+from mdmkit.core.config import build, require, to_container
+from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.evaluation.runner import EvalResult, sample_split
+from mdmkit.evaluation.sweep import SweepJob, expand
+from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint
+from mdmkit.evaluation.tracking import log_rows
+from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.results import (
     append_record,
     file_fingerprint,
     provenance,
     read_records,
     row_key,
 )
-from mdmkit.evaluation.runner import EvalResult, sample_split
-from mdmkit.evaluation.sweep import SweepJob, expand
-from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint
-from mdmkit.evaluation.tracking import log_rows
-from mdmkit.samplers import MaskedSampler
+from mdmkit.samplers import Sampler
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.text import TextTask
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def evaluate_test_split(
     network: torch.nn.Module,
     task: PuzzleTask,
-    sampler: MaskedSampler,
+    sampler: Sampler,
     limit: int | None,
     batch_size: int,
     seed: int,
@@ -90,12 +86,11 @@ class _Rows:
                 "family": derive_family({"kind": kind, "sampler": sampler}), "params": params, **summary, **self.context}
 
 
-Measure = Callable[[MaskedSampler, SweepJob], EvalResult]
+Measure = Callable[[SweepJob], EvalResult]
 
 
 def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows) -> list[dict]:
-    sampler = build(job.sampler, "sampler")
-    result = measure(sampler, job)
+    result = measure(job)
     summary = result.summary()
     made = [rows.row("evaluate", job.sampler, summary)]
     print(f"[{task_name}] {made[0]['family']}: {format_summary(summary)}")
@@ -119,7 +114,8 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None) -> tuple[str, _Rows,
     rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, "ema", trained.config)
     test = task.load_splits()["test"].head(cfg.limit)  # once: every sampler sees the same examples
 
-    def measure(sampler: MaskedSampler, job: SweepJob) -> EvalResult:
+    def measure(job: SweepJob) -> EvalResult:
+        sampler = build_sampler(job.sampler, network)
         return sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle)
 
     return task.name, rows, measure
@@ -134,8 +130,9 @@ def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
     rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None)
     generations = Path(cfg.results_file).parent / "generations"
 
-    def measure(sampler: MaskedSampler, job: SweepJob) -> EvalResult:
+    def measure(job: SweepJob) -> EvalResult:
         require(not job.oracle, "oracle=true is defined for puzzle tasks only")
+        sampler = build_sampler(job.sampler, model.network)
         file = generations / f"{task.name}-{rows.key('evaluate', job.sampler)}.jsonl"
         result = evaluate_text_task(model, task, None if model.causal else sampler, cfg.batch_size, cfg.seed, file)
         print(f"[{task.name}] generations: {file}")
@@ -152,7 +149,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
     require(cfg.limit is None or cfg.limit >= 1, f"limit={cfg.limit} must be >= 1 or null")
     jobs = expand(cfg.sweep) if cfg.get("sweep") else [SweepJob(to_container(cfg.sampler), bool(cfg.oracle))]
     for job in jobs:
-        build(job.sampler, "sampler")  # every sampler is valid before the model is even loaded
+        build_sampler(job.sampler)  # every sampler is valid before the model is even loaded
     task = build(cfg.task, "task") if cfg.get("task") is not None else None
     if isinstance(task, TextTask):
         task_name, rows, measure = _text_setup(cfg, task)

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from mdmkit.core.stopping import TextStop
 from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
 from mdmkit.samplers import ForwardCounter, MaskedSampler
-from mdmkit.samplers.stopping import TextStop
 from mdmkit.tasks.extraction import truncate_at_stop
 
 

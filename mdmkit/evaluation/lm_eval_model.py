@@ -28,8 +28,8 @@ from lm_eval.api.registry import register_model
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from mdmkit.config import build, require
-from mdmkit.errors import ConfigError
+from mdmkit.core.config import build, require
+from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 

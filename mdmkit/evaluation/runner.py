@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from mdmkit.evaluation.results import wilson_interval
-from mdmkit.samplers import ForwardCounter, MaskedSampler
+from mdmkit.io.results import wilson_interval
+from mdmkit.models.denoiser import require_capabilities
+from mdmkit.samplers import ForwardCounter, Sampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.tasks.base import PuzzleTask, Split
 
@@ -76,7 +77,7 @@ def sample_split(
     network: nn.Module,
     task: PuzzleTask,
     split: Split,
-    sampler: MaskedSampler,
+    sampler: Sampler,
     batch_size: int = 256,
     seed: int = 0,
     progress: bool = False,
@@ -86,6 +87,7 @@ def sample_split(
 
     With `oracle`, also compute each trajectory's oracle floor (its passes are not part of the timing).
     """
+    require_capabilities(sampler, network)
     device = next(network.parameters()).device
     was_training = network.training
     network.eval()

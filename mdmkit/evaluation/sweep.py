@@ -14,8 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mdmkit.config import build, require, to_container
-from mdmkit.evaluation.results import canonical
+from mdmkit.core.config import build, require, to_container
+from mdmkit.io.results import canonical
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion

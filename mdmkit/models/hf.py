@@ -19,9 +19,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from mdmkit.config import Validated
-from mdmkit.errors import CheckpointError
-from mdmkit.models.transformer import KVCache
+from mdmkit.core.config import Validated
+from mdmkit.core.errors import CheckpointError
+from mdmkit.models.denoiser import KV_CACHE, KVCache
 
 Kind = Literal["generic", "llada", "dream"]
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id, as documented in its model card and generate.py
@@ -111,6 +111,8 @@ class HFMaskedDiffusion(nn.Module):
 
 class HFCausalLM(nn.Module):
     """A Hugging Face causal LM for next-token-prediction baselines, with honest per-row NFE."""
+
+    capabilities = frozenset({KV_CACHE})
 
     def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
         super().__init__()

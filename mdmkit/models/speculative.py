@@ -21,7 +21,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
+from mdmkit.models.denoiser import CAUSAL_HEAD
 from mdmkit.models.transformer import Block, MaskedTransformer, Rotary, TransformerConfig
 
 
@@ -90,6 +91,8 @@ def gather_positions(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class SpeculativeTransformer(nn.Module):
     """Non-causal trunk (draft) + causal blocks over σ (target). `forward` is the trunk alone, so every MDM
     sampler runs on this network unchanged: that is the same-architecture MDM baseline."""
+
+    capabilities = frozenset({CAUSAL_HEAD})
 
     def __init__(self, config: SpeculativeConfig) -> None:
         super().__init__()

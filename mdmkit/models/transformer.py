@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
+from mdmkit.models.denoiser import HIDDEN_STATES, KV_CACHE, KVCache
 
 
 @dataclass
@@ -63,30 +64,6 @@ class Rotary(nn.Module):
         rotated = torch.cat((-second, first), dim=-1)
         return x * cos + rotated * sin
 
-
-@dataclass
-class KVCache:
-    """Keys and values of already-processed tokens, per layer [B, H, T, D], for incremental decoding.
-
-    A forward given a cache attends to it before its own tokens; with `commit=n` it also appends the keys and
-    values of its first n tokens (the rest are queries only, e.g. a block of masks that will change).
-    """
-
-    keys: list[torch.Tensor | None]
-    values: list[torch.Tensor | None]
-
-    @classmethod
-    def empty(cls, n_layers: int) -> KVCache:
-        return cls([None] * n_layers, [None] * n_layers)
-
-    @property
-    def length(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
-
-    def select(self, rows: torch.Tensor) -> KVCache:
-        """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
-        pick = lambda t: None if t is None else t[rows]  # noqa: E731
-        return KVCache([pick(k) for k in self.keys], [pick(v) for v in self.values])
 
 class SelfAttention(nn.Module):
     def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
@@ -145,6 +122,8 @@ class Block(nn.Module):
 class MaskedTransformer(nn.Module):
     """Maps tokens [B, L] (some of them the mask token) to logits [B, L, vocab_size]."""
 
+    capabilities = frozenset({KV_CACHE, HIDDEN_STATES})
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
@@ -175,6 +154,11 @@ class MaskedTransformer(nn.Module):
                 cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
         """Logits [B, L, vocab] of `tokens` [B, L]: the head on `hidden` (same arguments)."""
         return self.head(self.norm(self.hidden(tokens, attn_mask, positions, cache, commit)))
+
+    def forward_with_hidden(self, tokens: torch.Tensor, attn_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and the final-normed hidden state [B, L, d_model] they are read from, in one forward."""
+        hidden = self.norm(self.hidden(tokens, attn_mask))
+        return self.head(hidden), hidden
 
     def hidden(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
                cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
 
 
 @dataclass

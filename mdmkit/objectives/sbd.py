@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
 
 
 def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:

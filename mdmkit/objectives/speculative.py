@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mdmkit.config import Validated
+from mdmkit.core.config import Validated
 from mdmkit.models.speculative import SpeculativeTransformer
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 

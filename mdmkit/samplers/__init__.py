@@ -5,7 +5,6 @@ from mdmkit.samplers.masked import (
     FactorSampler,
     MaskedSampler,
     RevealAllSampler,
-    Sampled,
     StepsSampler,
     ThresholdSampler,
     TopKSampler,
@@ -13,8 +12,8 @@ from mdmkit.samplers.masked import (
 from mdmkit.samplers.ni import NISampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.samplers.protocol import Sampled, Sampler
 from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
-from mdmkit.samplers.stopping import StopCondition
 
 __all__ = [
     "DreamStepsSampler",
@@ -28,8 +27,8 @@ __all__ = [
     "RevealAllSampler",
     "SBDSampler",
     "Sampled",
+    "Sampler",
     "StepsSampler",
-    "StopCondition",
     "ThresholdSampler",
     "TopKSampler",
     "oracle_floor",

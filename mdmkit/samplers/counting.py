@@ -7,33 +7,96 @@ reported both inside the total cost and on their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from mdmkit.models.denoiser import (
+    CAUSAL_HEAD,
+    HIDDEN_STATES,
+    KV_CACHE,
+    Denoiser,
+    capabilities_of,
+    missing_capability,
+)
+
+
+def _parameters(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters()) if hasattr(module, "parameters") else 0
 
 
 class ForwardCounter:
     """Wraps a network so each forward pass is charged to exactly the batch rows it ran on.
 
     The evaluation harness owns the counter and hands it to the sampler, so a sampler cannot
-    under-report: a row that has finished and is no longer passed in stops counting.
+    under-report: a row that has finished and is no longer passed in stops counting. It is all a sampler
+    sees of the network: the `Denoiser` call, and the operations of the capabilities the network declares
+    (`mdmkit.models.denoiser`), each charged.
     """
 
-    def __init__(self, network: Callable[..., torch.Tensor], batch_size: int) -> None:
-        self.network = network
+    def __init__(self, network: Denoiser, batch_size: int) -> None:
+        self._network = network
         self.nfe = torch.zeros(batch_size, dtype=torch.long)
         self.extra: dict[str, torch.Tensor] = {}  # kind -> per-row fractional cost
         self.nfe_at_stop = torch.full((batch_size,), -1, dtype=torch.long)  # generate_until point, -1: never
         self.calls = 0
 
-    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """Run the network on `tokens` [len(rows), L], the current state of batch rows `rows`."""
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return capabilities_of(self._network)
+
+    def _count(self, tokens: torch.Tensor, rows: torch.Tensor) -> None:
         if tokens.shape[0] != rows.numel():
             raise ValueError(f"{tokens.shape[0]} sequences passed for {rows.numel()} rows")
         self.nfe[rows.cpu()] += 1
         self.calls += 1
-        return self.network(tokens, **kwargs)
+
+    def _network_with(self, capability: str) -> Any:
+        if capability not in self.capabilities:
+            raise missing_capability(self._network, capability)
+        return self._network
+
+    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """Run the network on `tokens` [len(rows), L], the current state of batch rows `rows`."""
+        self._count(tokens, rows)
+        return self._network(tokens, **kwargs)
+
+    def forward_with_hidden(self, tokens: torch.Tensor, rows: torch.Tensor,
+                            **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """`hidden_states`: one forward's logits and last hidden state."""
+        network = self._network_with(HIDDEN_STATES)
+        self._count(tokens, rows)
+        return network.forward_with_hidden(tokens, **kwargs)
+
+    @property
+    def embed(self) -> torch.nn.Embedding:
+        """`hidden_states`: the network's input embedding."""
+        return self._network_with(HIDDEN_STATES).embed
+
+    @property
+    def n_layers(self) -> int:
+        """`kv_cache`: how many layers a cache for this network holds."""
+        return self._network_with(KV_CACHE).n_layers
+
+    def noncausal(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> Any:
+        """`causal_head`: the trunk pass (a full forward) of a self-speculative network."""
+        network = self._network_with(CAUSAL_HEAD)
+        self._count(tokens, rows)
+        return network.noncausal(tokens, **kwargs)
+
+    def causal(self, rows: torch.Tensor, trunk: Any, tokens: torch.Tensor, order: torch.Tensor,
+               n_known: torch.Tensor, *, charged: bool) -> torch.Tensor:
+        """`causal_head`: a verification pass, charged at `causal_share` unless it is part of a trunk pass."""
+        network = self._network_with(CAUSAL_HEAD)
+        if charged:
+            self.charge(rows, network.causal_share, "causal")
+        return network.causal(trunk, tokens, order, n_known)
+
+    def share_of(self, other: Any) -> float:
+        """Cost of a pass of `other` (a planner, an indicator) in forwards of this network: the ratio of
+        parameter counts, or 1 where either count is unknown."""
+        own, theirs = _parameters(self._network), _parameters(other)
+        return theirs / own if own and theirs else 1.0
 
     def charge(self, rows: torch.Tensor, share: float, kind: str) -> None:
         """Record a pass of something other than the main network at `share` of a full forward."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
+from mdmkit.core.stopping import StopCondition
 from mdmkit.samplers.budget import (
     Budget,
     ConfidenceFactor,
@@ -30,23 +31,9 @@ from mdmkit.samplers.budget import (
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.samplers.protocol import Sampled
 
 _NO_BLOCK = torch.iinfo(torch.long).max
-
-
-@dataclass
-class Sampled:
-    """A finished batch: the tokens and, per position, the row's step that revealed it (-1: given)."""
-
-    tokens: torch.Tensor  # [B, L]
-    reveal_step: torch.Tensor  # [B, L]
-    steps: torch.Tensor  # [B] steps each row took
-
-    def partition(self, row: int) -> list[list[int]]:
-        """Row `row`'s trajectory as an ordered partition: the positions revealed at each step."""
-        steps = self.reveal_step[row]
-        return [torch.nonzero(steps == s).flatten().tolist() for s in range(int(self.steps[row]))]
 
 
 class _LazyRanked(Ranked):
@@ -80,6 +67,8 @@ class MaskedSampler(Validated):
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
 
+    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
+
     def validate(self) -> None:
         if isinstance(self.ordering, str):
             require(self.ordering in ERROR_PROXIES,
@@ -107,14 +96,15 @@ class MaskedSampler(Validated):
         *,
         attention_mask: torch.Tensor | None = None,
         stop: StopCondition | None = None,
-        reveal_also: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        reveal_also: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L].
 
         `attention_mask` [B, L] (True = a real token) hides padding from the network; `stop` ends rows at a
         stop sequence (generate_until). The counter records each row's NFE and its NFE at the stop point.
-        `reveal_also(rows, state, logits)` -> bool [R, L] adds eligible positions to reveal beyond the
-        budget's (NI sampling's indicator; `logits` has the mask token at -inf).
+        `reveal_also(rows, state, logits, hidden)` -> bool [R, L] adds eligible positions to reveal beyond the
+        budget's (NI sampling's indicator; `logits` has the mask token at -inf; `hidden` is the last hidden
+        state of the same forward, so the network needs the `hidden_states` capability).
         """
         x = tokens.clone()
         batch, length = x.shape
@@ -145,7 +135,11 @@ class MaskedSampler(Validated):
             block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
 
             kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-            logits = network(state, rows, **kwargs).float()
+            if reveal_also is None:
+                logits, hidden = network(state, rows, **kwargs), None
+            else:
+                logits, hidden = network.forward_with_hidden(state, rows, **kwargs)
+            logits = logits.float()
             logits = logits.index_fill(-1, mask_index, float("-inf"))  # the mask token is never a prediction
             probs = predictive_distribution(logits, self.temperature, self.top_p)
             choice, chosen_prob = choose_tokens(probs, self.temperature, generator)
@@ -160,7 +154,7 @@ class MaskedSampler(Validated):
             counts = torch.minimum(budget(ranked).clamp(min=1), n_eligible)
             reveal = torch.zeros_like(eligible).scatter(1, order, columns[None, :] < counts[:, None])
             if reveal_also is not None:
-                reveal |= reveal_also(rows, state, logits) & eligible
+                reveal |= reveal_also(rows, state, logits, hidden) & eligible
             x[rows] = torch.where(reveal, choice, state)
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
             steps[rows] += 1

@@ -2,7 +2,7 @@
 
 After each network forward, a small position-level indicator scores every masked position; every eligible
 position whose score is >= epsilon is revealed together with what the base sampler's budget rule reveals (so
-at least one per step). The indicator is trained (mdmkit.indicator) to recognise positions whose reveal now
+at least one per step). The indicator is trained (mdmkit.training.indicator) to recognise positions whose reveal now
 keeps the base sampler's trajectory, so a good indicator approaches the oracle floor. Any `MaskedSampler` is a
 base: its ordering, choice, blocks and budget rule are unchanged. epsilon is the speed / accuracy knob: 1 is
 the base sampler alone (no finite score reaches 1, so the indicator is not even run), 0 reveals every eligible
@@ -15,16 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
 
-from mdmkit.config import Validated, require
-from mdmkit.indicator.model import IndicatorScorer, tapped_hidden
+from mdmkit.core.config import Validated, require
+from mdmkit.core.stopping import StopCondition
+from mdmkit.models.denoiser import HIDDEN_STATES
+from mdmkit.models.indicator import IndicatorScorer
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, Sampled, TopKSampler
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.samplers.masked import MaskedSampler, TopKSampler
+from mdmkit.samplers.protocol import Sampled
 
 # (masked [R, L], logits [R, L, V] with the mask token at -inf, last hidden state [R, L, D]) -> log-odds
 Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -43,54 +44,27 @@ def log_odds_threshold(epsilon: float) -> float:
 class NISampler(Validated):
     """`base` plus every masked position the indicator scores >= `epsilon`.
 
-    `indicator` is an indicator checkpoint (loaded on first use, checked against the base network);
-    `set_indicator` installs any scorer instead. Its passes cost `indicator_cost` base forwards each
-    (default: the indicator's parameter share of the base network; 1 for a scorer of unknown size).
+    `indicator` is a loaded scorer (evaluation loads `sampler.indicator=<indicator.pt>`, checked against the
+    base network, into an `IndicatorScorer`; any `Scorer` works). Its passes cost `indicator_cost` base
+    forwards each (default: the indicator's parameter share of the base network; 1 for a scorer of unknown size).
     """
 
     base: MaskedSampler = field(default_factory=TopKSampler)
-    indicator: str | None = None
+    indicator: Any = None
     epsilon: float = 0.9
     indicator_cost: float | None = None
 
-    # class attributes, not config fields: set by set_indicator, or on first use from `indicator`
-    _scorer = None
-    _trained = None
-    _checked = None  # the base network the trained indicator was last checked against
-
     def validate(self) -> None:
         require(0.0 <= self.epsilon <= 1.0, f"epsilon={self.epsilon} must lie in [0, 1]")
-        require(self.indicator is None or Path(self.indicator).expanduser().is_file(),
-                f"indicator={self.indicator}: no such checkpoint")
+        require(self.indicator is None or callable(self.indicator),
+                "indicator must be a loaded scorer (evaluate.py loads sampler.indicator=path/to/indicator.pt)")
         require(self.indicator_cost is None or self.indicator_cost >= 0.0,
                 f"indicator_cost={self.indicator_cost} must be >= 0 or null")
 
-    def set_indicator(self, scorer: Scorer | None) -> NISampler:
-        """Score with `scorer` instead of the `indicator` checkpoint."""
-        self._scorer = scorer
-        return self
-
-    def scorer(self, network: nn.Module) -> Scorer:
-        """The scorer for `network`, loading and checking the checkpoint the first time it is needed."""
-        if self._scorer is not None:
-            return self._scorer
-        require(self.indicator is not None,
-                "NI sampling needs an indicator: pass sampler.indicator=path/to/indicator.pt")
-        if self._trained is None:
-            from mdmkit.indicator.checkpoint import load_indicator  # only runs that use a checkpoint load it
-
-            self._trained = load_indicator(self.indicator)
-        if self._checked is not network:
-            self._trained.check(network)
-            self._checked = network
-        device = next(network.parameters()).device
-        return IndicatorScorer(self._trained.indicator.to(device), network.embed)
-
-    def share(self, scorer: Scorer, network: nn.Module) -> float:
-        """Cost of one indicator pass in base forwards."""
-        if self.indicator_cost is not None:
-            return self.indicator_cost
-        return scorer.share(network) if isinstance(scorer, IndicatorScorer) else 1.0
+    @property
+    def requires(self) -> frozenset[str]:
+        """The indicator reads the base network's hidden states, unless epsilon = 1 never runs it."""
+        return frozenset() if self.epsilon >= 1.0 else frozenset({HIDDEN_STATES})
 
     @torch.no_grad()
     def sample(
@@ -108,13 +82,17 @@ class NISampler(Validated):
         if threshold == math.inf:
             return self.base.sample(network, tokens, mask_id, generator,
                                     attention_mask=attention_mask, stop=stop)
-        scorer = self.scorer(network.network)
-        share = self.share(scorer, network.network)
-        with tapped_hidden(network.network) as tap:
+        require(self.indicator is not None,
+                "NI sampling needs an indicator: pass sampler.indicator=path/to/indicator.pt")
+        scorer = self.indicator
+        share = self.indicator_cost
+        if share is None:
+            share = network.share_of(scorer.indicator) if isinstance(scorer, IndicatorScorer) else 1.0
 
-            def reveal_also(rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-                network.charge(rows, share, "indicator")
-                return scorer(state == mask_id, logits, tap["hidden"]) >= threshold
+        def reveal_also(rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
+                        hidden: torch.Tensor) -> torch.Tensor:
+            network.charge(rows, share, "indicator")
+            return scorer(state == mask_id, logits, hidden) >= threshold
 
-            return self.base.sample(network, tokens, mask_id, generator,
-                                    attention_mask=attention_mask, stop=stop, reveal_also=reveal_also)
+        return self.base.sample(network, tokens, mask_id, generator,
+                                attention_mask=attention_mask, stop=stop, reveal_also=reveal_also)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import Sampled
+from mdmkit.samplers.protocol import Sampled
 
 
 @dataclass

@@ -15,15 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from torch import nn
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
+from mdmkit.core.stopping import StopCondition
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import Sampled
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.samplers.protocol import Sampled
 
 # kappa(t): the fraction of non-fixed positions revealed after the step at time t in (0, 1]; each is
 # non-decreasing with kappa(1) = 1, so the masked count never grows and the last step reveals everything.
@@ -72,10 +71,6 @@ def _without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits.double().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
 
 
-def _parameters(network: Any) -> int:
-    return sum(p.numel() for p in network.parameters()) if isinstance(network, nn.Module) else 0
-
-
 @dataclass
 class _Run:
     """What stays fixed over one `sample` call, for the rows that have anything to fill."""
@@ -95,8 +90,8 @@ class _Run:
 class P2Sampler(Validated):
     """P2 path-planning sampler: a fixed number of steps, each one denoiser forward per row, with re-masking.
 
-    `planner` is a checkpoint (loaded lazily) whose log-probabilities score the positions already revealed
-    (BERT-planning); `set_planner` installs a network directly. Its passes are charged at `planner_cost`
+    `planner` is a loaded network whose log-probabilities score the positions already revealed
+    (BERT-planning; evaluation loads `sampler.planner=<model.pt>`). Its passes are charged at `planner_cost`
     of a denoiser forward (default: the ratio of parameter counts, or 1 when that is unknown).
     """
 
@@ -105,10 +100,10 @@ class P2Sampler(Validated):
     kappa: str = "linear"  # linear | cosine | sqrt
     score: str = "confidence"  # confidence | random
     temperature: float = 0.0
-    planner: str | None = None
+    planner: Any = None  # tokens [R, L] -> logits [R, L, V]
     planner_cost: float | None = None
 
-    _planner_network = None  # a class attribute, not a config field: set by set_planner or on first use
+    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
 
     def validate(self) -> None:
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")
@@ -118,32 +113,10 @@ class P2Sampler(Validated):
         require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
         require(self.planner_cost is None or self.planner_cost >= 0.0,
                 f"planner_cost={self.planner_cost} must be >= 0 or null")
+        require(self.planner is None or callable(self.planner),
+                "planner must be a loaded network (evaluate.py loads sampler.planner=path/to/model.pt)")
         require(self.planner is None or self.score == "confidence",
                 "a planner only re-scores confidences: it needs score='confidence'")
-
-    def set_planner(self, network: Callable[..., torch.Tensor] | None) -> P2Sampler:
-        """Use `network` (tokens [R, L] -> logits [R, L, V]) as the planner instead of a checkpoint."""
-        require(network is None or self.score == "confidence",
-                "a planner only re-scores confidences: it needs score='confidence'")
-        self._planner_network = network
-        return self
-
-    def planner_network(self, device: torch.device) -> Callable[..., torch.Tensor] | None:
-        """The planner on `device`, loading the checkpoint the first time it is needed."""
-        if self._planner_network is None and self.planner is not None:
-            from mdmkit.checkpoint import TrainedModel  # heavy import, only for runs that use a planner
-
-            self._planner_network = TrainedModel(self.planner).network()
-        if isinstance(self._planner_network, nn.Module):
-            self._planner_network.to(device)
-        return self._planner_network
-
-    def planner_share(self, planner: Any, denoiser: Any) -> float:
-        """Cost of one planner pass in denoiser forwards."""
-        if self.planner_cost is not None:
-            return self.planner_cost
-        own = _parameters(denoiser)
-        return _parameters(planner) / own if own and isinstance(planner, nn.Module) else 1.0
 
     def masked_count(self, free: torch.Tensor, step: int) -> torch.Tensor:
         """How many non-fixed positions stay masked after 0-based `step`; none after the last one."""
@@ -177,12 +150,16 @@ class P2Sampler(Validated):
         rows = (~fixed).any(1).nonzero().squeeze(1)
         if rows.numel() == 0:
             return Sampled(x, reveal_step, steps)
-        planner = self.planner_network(x.device)
+        planner = self.planner
+        if self.planner_cost is not None:
+            share = self.planner_cost
+        else:
+            share = 0.0 if planner is None else network.share_of(planner)
         run = _Run(
             counter=network, rows=rows, fixed=fixed[rows], free=(~fixed[rows]).sum(1), mask_id=mask_id,
             kwargs={} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]},
             generator=generator, planner=planner,
-            planner_share=0.0 if planner is None else self.planner_share(planner, network.network),
+            planner_share=share,
         )
         state, revealed_at = x[rows], reveal_step[rows]
         for step in range(self.steps):

@@ -16,15 +16,17 @@ mask, and every token carries its own position id.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
-from mdmkit.config import Validated, require
-from mdmkit.models.transformer import KVCache
+from mdmkit.core.config import Validated, require
+from mdmkit.core.stopping import StopCondition
+from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import EBSampler, MaskedSampler, Sampled
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.samplers.masked import EBSampler, MaskedSampler
+from mdmkit.samplers.protocol import Sampled
 
 _FILLER = 0  # token id placed in padding slots; they are never attended to and never revealed
 
@@ -63,7 +65,7 @@ class _CausalDecodeState:
         self.steps = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
         self.cursor = prompt_lengths(tokens, mask_id)  # next position to generate
         self.cached = torch.zeros_like(self.cursor)  # positions [0, cached) are in the KV cache
-        self.n_layers = counter.network.n_layers  # networks that decode causally expose their depth
+        self.n_layers = counter.n_layers
         self.cache: KVCache | None = None
         self.cache_rows = torch.arange(0)  # batch rows of the cache, in order
         self.cache_valid = torch.zeros(0, 0, dtype=torch.bool, device=tokens.device)
@@ -138,6 +140,8 @@ class NTPDecoder(Validated):
     top_p: float = 1.0
     use_cache: bool = True
 
+    requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})
+
     def validate(self) -> None:
         require(self.temperature >= 0, f"temperature={self.temperature} must be >= 0")
         require(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]")
@@ -209,6 +213,8 @@ class SBDSampler(Validated):
     block_size: int = 16
     rule: MaskedSampler = field(default_factory=lambda: EBSampler(gamma=0.1))
     use_cache: bool = True
+
+    requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})
 
     def validate(self) -> None:
         require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")

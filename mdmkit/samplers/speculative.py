@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
+from mdmkit.core.stopping import StopCondition
+from mdmkit.models.denoiser import CAUSAL_HEAD
 from mdmkit.models.speculative import Trunk, gather_positions
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import Sampled
 from mdmkit.samplers.ordering import ERROR_PROXIES
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.samplers.protocol import Sampled
 
 _SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
 
@@ -110,6 +111,8 @@ class WindowSampler(Validated):
     temperature: float = 1.0
     top_p: float = 1.0
     stop_early: bool = True
+
+    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
 
     def validate(self) -> None:
         if self.window == "cosine":
@@ -196,23 +199,22 @@ class SpeculativeSampler(WindowSampler):
 
     inner_loops: int = 1
 
+    requires: ClassVar[frozenset[str]] = frozenset({CAUSAL_HEAD})
+
     def validate(self) -> None:
         super().validate()
         require(self.inner_loops >= 1, f"inner_loops={self.inner_loops} must be >= 1")
 
     def _trunk(self, counter: ForwardCounter, state: torch.Tensor,
                rows: torch.Tensor) -> tuple[torch.Tensor, Trunk | None]:
-        if not hasattr(counter.network, "causal"):
-            raise ValueError("speculative sampling needs a network with causal blocks (a "
-                             "SpeculativeTransformer); sampler=window samples the draft alone")
-        trunk = counter(state, rows, return_trunk=True)
+        trunk = counter.noncausal(state, rows)
         return trunk.logits, trunk
 
     def _decide(self, counter: ForwardCounter, step: _Pass, mask_id: int,
                 generator: torch.Generator | None) -> torch.Tensor:
         """The draft-verify inner loops of one trunk pass. Accepted drafts stay in `step.proposal`, resampled
         tokens are written into it."""
-        hybrid, length = counter.network, step.proposal.shape[1]
+        length = step.proposal.shape[1]
         rank = torch.arange(length, device=step.proposal.device)
         # a window of σ(n_known) alone needs no causal pass: its target is its draft, always kept
         alone = step.end - step.n_known == 1
@@ -221,10 +223,10 @@ class SpeculativeSampler(WindowSampler):
             live = (cursor < step.end).nonzero().squeeze(1)
             if live.numel() == 0:
                 break
-            if loop > 0:  # the first causal pass is part of the trunk pass's NFE
-                counter.charge(step.rows[live], hybrid.causal_share, "causal")
             order, draft = step.order[live], step.draft[live]
-            logits = hybrid.causal(step.trunk.select(live), step.proposal[live], order, step.n_known[live])
+            # the first causal pass is part of the trunk pass's NFE
+            logits = counter.causal(step.rows[live], step.trunk.select(live), step.proposal[live], order,
+                                    step.n_known[live], charged=loop > 0)
             target = sampling_probs(without_mask(logits, mask_id), self.temperature, self.top_p)
             target = gather_positions(target, order)
             drafted = step.proposal[live].gather(1, order)[..., None]

@@ -28,9 +28,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from mdmkit.config import require
-from mdmkit.errors import DataFormatError
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.core.config import require
+from mdmkit.core.errors import DataFormatError
+from mdmkit.core.stopping import StopCondition
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 
 SEP, STEP, ANSWER, END = ":", ",", "#", "$"

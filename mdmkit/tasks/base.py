@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mdmkit.config import Validated, require
-from mdmkit.errors import DataFormatError
-from mdmkit.samplers.stopping import StopCondition
+from mdmkit.core.config import Validated, require
+from mdmkit.core.errors import DataFormatError
+from mdmkit.core.stopping import StopCondition
 
 SPLITS = ("train", "val", "test")
 

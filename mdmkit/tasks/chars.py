@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mdmkit.config import require
+from mdmkit.core.config import require
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.gsm8k import CALCULATOR, GSM8KTask
 

@@ -1,7 +1,7 @@
 """HumanEval and MBPP: the model writes Python, the project's sandbox runs it against the tests.
 
 Scoring executes untrusted code, so it refuses to run unless `MDMKIT_ALLOW_CODE_EXECUTION=1` (see
-`mdmkit.evaluation.sandbox`). Each program runs in its own contained process; a crash or hang fails only its task.
+`mdmkit.sandbox`). Each program runs in its own contained process; a crash or hang fails only its task.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdmkit.config import require
-from mdmkit.evaluation.sandbox import SandboxLimits, run_many
+from mdmkit.core.config import require
+from mdmkit.sandbox import SandboxLimits, run_many
 from mdmkit.tasks.extraction import extract_code, humaneval_program, mbpp_program
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 

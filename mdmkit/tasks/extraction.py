@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
+from mdmkit.core.stopping import find_stop
+
 # Stop ("generate_until") phrases from the EB-Sampler paper, Appendix C, Table 2. MBPP, GSM8K and MATH list a single
 # phrase spanning both model columns, so both models share it. Reconstruction notes (the text extraction of the
 # table replaced quotes with typographic ones and mangled backticks):
@@ -77,29 +79,6 @@ def gsm8k_correct(generation: str, gold_answer_field: str) -> bool:
     """Whether a generation's answer equals the gold solution's "#### N" answer (numerically normalized)."""
     predicted = extract_gsm8k_answer(generation)
     return predicted is not None and predicted == extract_gsm8k_answer(gold_answer_field)
-
-
-def _stop_regex(stop: str) -> re.Pattern[str]:
-    """Regex for a stop phrase; "%d" becomes a (possibly signed, comma-grouped) integer."""
-    parts = [re.escape(p) for p in stop.split("%d")]
-    return re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)".join(parts))
-
-
-def find_stop(text: str, stops: Sequence[str]) -> int | None:
-    """Where text is cut by its earliest stop phrase (see `truncate_at_stop`), or None if none occurs."""
-    cut = None
-    for stop in stops:
-        if not stop:
-            continue
-        if "%d" in stop:
-            match = _stop_regex(stop).search(text)
-            position = match.end() if match else None
-        else:
-            index = text.find(stop)
-            position = index if index != -1 else None
-        if position is not None and (cut is None or position < cut):
-            cut = position
-    return cut
 
 
 def truncate_at_stop(text: str, stops: Sequence[str]) -> str:

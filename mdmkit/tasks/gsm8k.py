@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mdmkit.config import require
+from mdmkit.core.config import require
 from mdmkit.tasks.extraction import extract_gsm8k_answer
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mdmkit.config import require
-from mdmkit.errors import DataFormatError
+from mdmkit.core.config import require
+from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask
 from mdmkit.tasks.maze_generator import Maze, canonical_key, generate_mazes, maze_path
 

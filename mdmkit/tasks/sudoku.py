@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mdmkit.config import require
-from mdmkit.errors import DataFormatError
+from mdmkit.core.config import require
+from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mdmkit.config import Validated, require
-from mdmkit.errors import DataFormatError
+from mdmkit.core.config import Validated, require
+from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.extraction import STOP_PHRASES
 
 

@@ -8,28 +8,39 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
+from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
 
 
 class StepIndexedBatches(IterableDataset):
     """Batch number s is a pure function of (seed, s, rank): resuming at step s replays exactly what follows.
 
-    Examples are drawn with replacement, so there are no epochs whose boundaries a resume would have to
-    reconstruct; each rank draws its own stream, so DDP needs no distributed sampler.
+    Rows are drawn with replacement from `columns` (tensors sharing their first dimension), so there are no
+    epochs whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs
+    no distributed sampler.
     """
 
-    def __init__(self, split: Split, batch_size: int, seed: int, start_step: int, rank: int, world_size: int) -> None:
-        self.split, self.batch_size, self.seed = split, batch_size, seed
+    def __init__(self, columns: tuple[torch.Tensor, ...], batch_size: int, seed: int, start_step: int, rank: int,
+                 world_size: int) -> None:
+        self.columns, self.batch_size, self.seed = columns, batch_size, seed
         self.start_step, self.rank, self.world_size = start_step, rank, world_size
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         step = self.start_step
         generator = torch.Generator()
         while True:
-            generator.manual_seed((self.seed * 1_000_003 + step) * self.world_size + self.rank)
-            index = torch.randint(len(self.split), (self.batch_size,), generator=generator)
-            yield self.split.tokens[index], self.split.answer_mask[index]
+            generator.manual_seed(stream_seed(self.seed, step, self.rank, self.world_size))
+            index = torch.randint(len(self.columns[0]), (self.batch_size,), generator=generator)
+            yield tuple(column[index] for column in self.columns)
             step += 1
+
+
+def step_indexed_loader(trainer: L.Trainer | None, columns: tuple[torch.Tensor, ...], batch_size: int,
+                        seed: int) -> DataLoader:
+    """The training loader that continues at the trainer's step (0 without a trainer) on this rank."""
+    start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
+    rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+    return DataLoader(StepIndexedBatches(columns, batch_size, seed, start, rank, world), batch_size=None)
 
 
 class PuzzleDataModule(L.LightningDataModule):
@@ -48,11 +59,8 @@ class PuzzleDataModule(L.LightningDataModule):
             self.splits = self.task.load_splits()
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        batches = StepIndexedBatches(self.splits["train"], self.batch_size, self.seed, start, rank, world)
-        return DataLoader(batches, batch_size=None)
+        train = self.splits["train"]
+        return step_indexed_loader(self.trainer, (train.tokens, train.answer_mask), self.batch_size, self.seed)
 
     def val_dataloader(self) -> DataLoader:
         val = self.splits["val"].head(self.val_examples)

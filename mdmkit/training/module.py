@@ -13,10 +13,11 @@ from typing import Any
 import lightning as L
 import torch
 
-from mdmkit.config import Validated, build, require
+from mdmkit.core.config import Validated, build, require
+from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.runner import sample_split
-from mdmkit.models import MaskedTransformer
-from mdmkit.tasks.base import PuzzleTask, Split
+from mdmkit.io.checkpoint import build_network, build_task
+from mdmkit.tasks.base import Split
 from mdmkit.training.ema import EMA
 
 
@@ -42,15 +43,6 @@ class OptimConfig(Validated):
             return (step + 1) / self.warmup_steps
         progress = min(1.0, (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps))
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def build_task(config: dict[str, Any]) -> PuzzleTask:
-    return build(config["task"], "task")
-
-
-def build_network(config: dict[str, Any], task: PuzzleTask) -> MaskedTransformer:
-    spec = build(config["model"], "model", vocab_size=task.vocab_size, max_len=task.seq_len)
-    return spec.build()
 
 
 class MDMModule(L.LightningModule):
@@ -79,8 +71,8 @@ class MDMModule(L.LightningModule):
 
     def _generator(self, salt: int) -> torch.Generator:
         """Masking noise is a function of (seed, step, rank), so a resumed run draws the same noise."""
-        seed = (self.config["seed"] * 1_000_003 + salt) * max(1, self.trainer.world_size) + self.global_rank
-        return torch.Generator(device=self.device).manual_seed(seed)
+        seed = stream_seed(self.config["seed"], salt, self.global_rank, self.trainer.world_size)
+        return seeded_generator(seed, self.device)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch

@@ -11,11 +11,13 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
-from mdmkit.checkpoint import TrainedModel, save_slim
-from mdmkit.config import build, require, to_container
-from mdmkit.errors import CheckpointError, ConfigError
-from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
-from mdmkit.evaluation.results import append_record
+from mdmkit.core.config import build, require, to_container
+from mdmkit.core.devices import resolve_device
+from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.io.checkpoint import TrainedModel, save_slim
+from mdmkit.io.results import append_record
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 
@@ -76,17 +78,13 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
 
 
 def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
-    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
-        from mdmkit.indicator.train import run_indicator_training
-
-        return run_indicator_training(cfg, output_dir)
     config = to_container(cfg)
     prepare_run(cfg)
     data = cfg.data
     module = MDMModule(config)
     if cfg.get("init_from") is not None:  # fine-tuning: start from a trained model's (EMA) weights
         module.start_from(TrainedModel(cfg.init_from).network(module.task))
-    sampler = build(cfg.sampler, "sampler")  # built now: a bad value must not wait for the end of training
+    build_sampler(to_container(cfg.sampler))  # checked now: a bad value must not wait for the end of training
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner)
@@ -94,10 +92,11 @@ def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     if trainer.global_rank != 0:
         return summary
 
-    save_slim(module, output_dir / "model.pt", extra={"train_summary": summary})
+    save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary})
     if cfg.evaluate_after_training and not trainer.fast_dev_run:
         network = module.network.to(resolve_device(cfg.device))
         with module.ema.swapped_in(network):
+            sampler = build_sampler(to_container(cfg.sampler), network)
             result = evaluate_test_split(network, module.task, sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed)
         summary.update(result.summary())
         append_record(cfg.results_file, {"kind": "train", "checkpoint": str(output_dir / "model.pt"),

@@ -15,3 +15,7 @@ class CheckpointError(MdmkitError):
 
 class DataFormatError(MdmkitError):
     """A data file that does not parse; the message names the file and line."""
+
+
+class CapabilityError(ConfigError, ValueError):
+    """A sampler asked a network for something it does not provide (a KV cache, a causal head, ...)."""

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mdmkit.errors import CheckpointError
-from mdmkit.indicator.model import Indicator, IndicatorConfig, network_fingerprint
+from mdmkit.core.errors import CheckpointError
+from mdmkit.models.indicator import Indicator, IndicatorConfig, network_fingerprint
 
 FORMAT = "mdmkit-indicator-v1"
 

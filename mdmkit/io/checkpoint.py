@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from mdmkit.errors import CheckpointError
+from mdmkit.core.config import build
+from mdmkit.core.errors import CheckpointError
 from mdmkit.models import MaskedTransformer
 from mdmkit.tasks.base import PuzzleTask
-from mdmkit.training.module import MDMModule, build_network, build_task
 
 EMA_PREFIX = "ema.shadow."
 
@@ -28,10 +28,22 @@ def _read(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
 
 
-def save_slim(module: MDMModule, path: Path, extra: dict[str, Any] | None = None) -> None:
+def build_task(config: dict[str, Any]) -> PuzzleTask:
+    """The task of a resolved run config."""
+    return build(config["task"], "task")
+
+
+def build_network(config: dict[str, Any], task: PuzzleTask) -> MaskedTransformer:
+    """The (untrained) network of a resolved run config, sized for `task`."""
+    spec = build(config["model"], "model", vocab_size=task.vocab_size, max_len=task.seq_len)
+    return spec.build()
+
+
+def save_slim(config: dict[str, Any], ema_shadow: dict[str, torch.Tensor], path: Path,
+              extra: dict[str, Any] | None = None) -> None:
     """Write config + EMA weights only (a few MB), the file evaluation and later work start from."""
-    weights = {name.replace("__", "."): p.detach().cpu() for name, p in module.ema.shadow.items()}
-    payload = {"format": "mdmkit-slim-v1", "config": module.config, "network": weights, "weights": "ema"}
+    weights = {name.replace("__", "."): p.detach().cpu() for name, p in ema_shadow.items()}
+    payload = {"format": "mdmkit-slim-v1", "config": config, "network": weights, "weights": "ema"}
     payload.update(extra or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(payload, path)

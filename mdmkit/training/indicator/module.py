@@ -16,17 +16,18 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import BinaryAccuracy, BinaryPrecision, BinaryRecall
 
-from mdmkit.checkpoint import TrainedModel
-from mdmkit.config import build, require
-from mdmkit.indicator.data import Batch
-from mdmkit.indicator.labels import draw_rollback, merge_labels, rollback_state
-from mdmkit.indicator.model import IndicatorScorer, exclude_mask, features, forward_with_hidden
-from mdmkit.indicator.trajectories import TrajectoryConfig
+from mdmkit.core.config import build, require
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.io.checkpoint import TrainedModel, build_task
+from mdmkit.models.indicator import IndicatorScorer, exclude_mask, features
+from mdmkit.objectives.indicator import draw_rollback, merge_labels, rollback_state
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import Sampled
 from mdmkit.samplers.ni import NISampler, log_odds_threshold
 from mdmkit.samplers.oracle import oracle_floor
-from mdmkit.training.module import OptimConfig, build_task
+from mdmkit.samplers.protocol import Sampled
+from mdmkit.training.indicator.data import Batch
+from mdmkit.training.indicator.trajectories import TrajectoryConfig
+from mdmkit.training.module import OptimConfig
 
 
 class IndicatorModule(L.LightningModule):
@@ -42,9 +43,9 @@ class IndicatorModule(L.LightningModule):
         spec = build(config["indicator"], "indicator")
         self.indicator = spec.build(self.base.config.d_model, self.task.vocab_size)
         self.optim: OptimConfig = build(config["optim"], "optim")
-        self.sampler: NISampler = build(config["sampler"], "sampler")
+        scorer = IndicatorScorer(self.indicator, self.base.embed)  # scores with the indicator being trained
+        self.sampler: NISampler = build(config["sampler"], "sampler", indicator=scorer)
         require(isinstance(self.sampler, NISampler), "sampler: an indicator run evaluates an NI sampler (ni)")
-        self.sampler.set_indicator(IndicatorScorer(self.indicator, self.base.embed))
         self.threshold = log_odds_threshold(self.sampler.epsilon)
         self.val_metrics = torch.nn.ModuleDict(
             {"accuracy": BinaryAccuracy(), "precision": BinaryPrecision(), "recall": BinaryRecall()}
@@ -57,8 +58,8 @@ class IndicatorModule(L.LightningModule):
 
     def _generator(self, salt: int) -> torch.Generator:
         """Rollback steps are a function of (seed, step, rank), so a resumed run draws the same ones."""
-        seed = (self.config["seed"] * 1_000_003 + salt) * max(1, self.trainer.world_size) + self.global_rank
-        return torch.Generator(device=self.device).manual_seed(seed)
+        seed = stream_seed(self.config["seed"], salt, self.global_rank, self.trainer.world_size)
+        return seeded_generator(seed, self.device)
 
     def _labelled(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Indicator logits [N, 2] and merge labels [N] of the still-masked positions at random rollbacks."""
@@ -66,7 +67,7 @@ class IndicatorModule(L.LightningModule):
         done = draw_rollback(steps, generator)
         with torch.no_grad():
             state = rollback_state(tokens, reveal_step, done, self.task.mask_id)
-            logits, hidden = forward_with_hidden(self.base, state)
+            logits, hidden = self.base.forward_with_hidden(state)
             logits = exclude_mask(logits, self.task.mask_id)
             labels = merge_labels(logits.argmax(-1), tokens, reveal_step, done, steps)
             scored = reveal_step >= done[:, None]

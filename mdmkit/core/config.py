@@ -18,7 +18,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from mdmkit.errors import ConfigError
+from mdmkit.core.errors import ConfigError
 
 
 def require(condition: bool, message: str) -> None:

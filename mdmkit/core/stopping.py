@@ -6,6 +6,7 @@ sampling the rest would only cost forward passes whose output is cut away.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -58,8 +59,6 @@ class TextStop:
             raise ValueError("stop phrases must be non-empty strings")
 
     def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
-        from mdmkit.tasks.extraction import find_stop  # text utilities live with the tasks
-
         masked = answer & (tokens == mask_id)
         settled = answer & (masked.long().cumsum(1) == 0)  # answer positions before the row's first mask
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
@@ -67,3 +66,26 @@ class TextStop:
             text = self.decode(tokens[row][settled[row]].tolist())
             done[row] = find_stop(text, self.phrases) is not None
         return done
+
+
+def _stop_regex(stop: str) -> re.Pattern[str]:
+    """Regex for a stop phrase; "%d" becomes a (possibly signed, comma-grouped) integer."""
+    parts = [re.escape(p) for p in stop.split("%d")]
+    return re.compile(r"-?\$?(?:\d{1,3}(?:,\d{3})+|\d+)".join(parts))
+
+
+def find_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Where text is cut by its earliest stop phrase (see `truncate_at_stop`), or None if none occurs."""
+    cut = None
+    for stop in stops:
+        if not stop:
+            continue
+        if "%d" in stop:
+            match = _stop_regex(stop).search(text)
+            position = match.end() if match else None
+        else:
+            index = text.find(stop)
+            position = index if index != -1 else None
+        if position is not None and (cut is None or position < cut):
+            cut = position
+    return cut

@@ -24,11 +24,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mdmkit.config import Validated, require
-from mdmkit.errors import DataFormatError
-from mdmkit.evaluation.results import file_fingerprint, row_key
+from mdmkit.core.config import Validated, require
+from mdmkit.core.devices import resolve_device
+from mdmkit.core.errors import DataFormatError
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.results import file_fingerprint, row_key
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, Sampled, TopKSampler
+from mdmkit.samplers.masked import MaskedSampler, TopKSampler
+from mdmkit.samplers.protocol import Sampled
 from mdmkit.tasks.base import SPLITS, PuzzleTask, Split
 
 _COLUMNS = ("tokens", "reveal_step", "steps", "index", "correct")
@@ -106,7 +110,7 @@ def _record(config: TrajectoryConfig, network: torch.nn.Module, task: PuzzleTask
             total: int) -> dict[str, np.ndarray]:
     """The columns of shard `shard`: the base sampler run on its examples of `split` (the first `total`)."""
     device = next(network.parameters()).device
-    generator = torch.Generator(device).manual_seed(config.seed * 1_000_003 + shard)
+    generator = seeded_generator(stream_seed(config.seed, shard), device)
     first, last = shard * config.shard_size, min((shard + 1) * config.shard_size, total)
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in _COLUMNS}
     parts["index"].append(torch.arange(first, last))
@@ -126,9 +130,6 @@ def _record(config: TrajectoryConfig, network: torch.nn.Module, task: PuzzleTask
 
 def build_trajectories(config: TrajectoryConfig, task: PuzzleTask) -> Path:
     """Record the trajectories `config` asks for (the shards not on disk yet); returns their directory."""
-    from mdmkit.checkpoint import TrainedModel  # heavy import, only when trajectories are made
-    from mdmkit.evaluation.evaluate import resolve_device
-
     directory = config.directory(task)
     split = task.load_splits()[config.split]
     total = min(math.ceil(config.n_examples / config.shard_size) * config.shard_size, len(split))

@@ -14,14 +14,12 @@ MLP blocks and a two-class head. The positive-class log-odds is the score the NI
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from mdmkit.config import Validated, require
+from mdmkit.core.config import Validated, require
 
 _LOG_FLOOR = 1e-9  # probabilities enter the MLP also as logs, floored so that a zero is finite
 
@@ -50,34 +48,6 @@ def features(
     tokens = logits.topk(top_tokens, dim=-1).indices
     probs = logits.float().softmax(-1).topk(top_probs, dim=-1).values
     return Features(embedding(tokens).float(), hidden.float(), probs)
-
-
-@contextmanager
-def tapped_hidden(network: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
-    """While open, `tap["hidden"]` holds the last hidden state [B, L, D] of `network`'s latest forward.
-
-    It is the output of `network.norm`, the final LayerNorm that feeds the output head of a MaskedTransformer;
-    a forward hook reads it, so the network and the forward-pass counter stay untouched.
-    """
-    fits = isinstance(getattr(network, "norm", None), nn.Module) and isinstance(
-        getattr(network, "embed", None), nn.Embedding
-    )
-    require(fits, f"NI sampling needs a MaskedTransformer (embed + final norm), not {type(network).__name__}")
-    tap: dict[str, torch.Tensor] = {}
-    handle = network.norm.register_forward_hook(lambda module, args, out: tap.__setitem__("hidden", out))
-    try:
-        yield tap
-    finally:
-        handle.remove()
-
-
-def forward_with_hidden(
-    network: nn.Module, tokens: torch.Tensor, **kwargs: object
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits [B, L, V] and last hidden state [B, L, D] of one forward of `network`."""
-    with tapped_hidden(network) as tap:
-        logits = network(tokens, **kwargs)
-    return logits, tap["hidden"]
 
 
 def network_fingerprint(network: nn.Module) -> str:
@@ -174,7 +144,3 @@ class IndicatorScorer:
         scores = torch.full(masked.shape, float("-inf"), device=logits.device)
         scores[masked] = self.indicator.log_odds(inputs).float()
         return scores
-
-    def share(self, base: nn.Module) -> float:
-        """Cost of one indicator pass in base forwards: the ratio of parameter counts."""
-        return num_parameters(self.indicator) / num_parameters(base)

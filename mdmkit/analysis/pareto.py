@@ -1,6 +1,6 @@
 """Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, plot, tabulate.
 
-Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.evaluation.results`). A point is one
+Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.io.results`). A point is one
 evaluation: (`nfe_mean`, `accuracy`) and the row as payload. Rows of kind "oracle" are the oracle NFE floor of a
 reference run: they are kept under the family "oracle", drawn as a reference curve, and never enter the overall
 front of real samplers.
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mdmkit.evaluation.results import read_records
+from mdmkit.io.results import read_records
 
 ORACLE = "oracle"
 DEFAULT_KINDS: tuple[str, ...] = ("evaluate", ORACLE)

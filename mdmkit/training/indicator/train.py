@@ -12,13 +12,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.config import to_container
-from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary, resolve_device
-from mdmkit.evaluation.results import append_record
-from mdmkit.indicator.checkpoint import save_indicator
-from mdmkit.indicator.data import TrajectoryDataModule
-from mdmkit.indicator.model import num_parameters
-from mdmkit.indicator.module import IndicatorModule
+from mdmkit.core.config import to_container
+from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
+from mdmkit.io.indicator import save_indicator
+from mdmkit.io.results import append_record
+from mdmkit.models.indicator import num_parameters
+from mdmkit.training.indicator.data import TrajectoryDataModule
+from mdmkit.training.indicator.module import IndicatorModule
 from mdmkit.training.train import fit, prepare_run
 
 # the frozen base network stays in eval mode on purpose

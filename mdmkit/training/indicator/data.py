@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
-from mdmkit.config import require
-from mdmkit.indicator.trajectories import (
+from mdmkit.core.config import require
+from mdmkit.tasks.base import PuzzleTask
+from mdmkit.training.datamodule import step_indexed_loader
+from mdmkit.training.indicator.trajectories import (
     Trajectories,
     TrajectoryConfig,
     build_trajectories,
     load_trajectories,
 )
-from mdmkit.tasks.base import PuzzleTask
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens [B, L], reveal_step [B, L], steps [B]
-
-
-class TrajectoryBatches(IterableDataset):
-    """Batch number s is a pure function of (seed, s, rank), so a resumed run replays exactly what follows
-    (as `mdmkit.training.datamodule.StepIndexedBatches`, for trajectories)."""
-
-    def __init__(
-        self, data: Trajectories, batch_size: int, seed: int, start_step: int, rank: int, world: int
-    ) -> None:
-        self.data, self.batch_size, self.seed = data, batch_size, seed
-        self.start_step, self.rank, self.world = start_step, rank, world
-
-    def __iter__(self) -> Iterator[Batch]:
-        step = self.start_step
-        generator = torch.Generator()
-        while True:
-            generator.manual_seed((self.seed * 1_000_003 + step) * self.world + self.rank)
-            rows = torch.randint(len(self.data), (self.batch_size,), generator=generator)
-            yield self.data.tokens[rows], self.data.reveal_step[rows], self.data.steps[rows]
-            step += 1
 
 
 class TrajectoryDataModule(L.LightningDataModule):
@@ -65,11 +44,9 @@ class TrajectoryDataModule(L.LightningDataModule):
         self.val_data = data.take(slice(len(data) - self.val_examples, None))
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
-        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        return DataLoader(TrajectoryBatches(self.train_data, self.batch_size, self.seed, start, rank, world),
-                          batch_size=None)
+        data = self.train_data
+        return step_indexed_loader(self.trainer, (data.tokens, data.reveal_step, data.steps), self.batch_size,
+                                   self.seed)
 
     def val_dataloader(self) -> DataLoader:
         val = self.val_data

@@ -1,0 +1,1 @@
+"""Sampling a split and scoring it: results rows, grid sweeps, text generation and the lm-eval model."""

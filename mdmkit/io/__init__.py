@@ -1,0 +1,1 @@
+"""Storage: checkpoints (networks, indicators) and results files. Reads and writes; builds nothing above models."""

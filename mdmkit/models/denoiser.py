@@ -1,0 +1,115 @@
+"""What a sampler may ask of a network: the `Denoiser` protocol and its optional capabilities.
+
+Every network maps a batch of partially masked sequences to logits; that is all most samplers need. Some
+samplers need more, and each such need is a named capability that a network class declares in its
+`capabilities` attribute:
+
+- `kv_cache`: incremental decoding. The network takes `positions`, a `KVCache` and `commit=n` (append the keys
+  and values of the first n tokens of this call) and reports its depth `n_layers`. Causal decoding (NTP, SBD)
+  needs it; exact prefix caching and approximate (Fast-dLLM style) caches build on the same three arguments.
+- `hidden_states`: the last hidden state of the same forward (`forward_with_hidden`) and the input embedding
+  `embed`, which NI sampling's indicator reads.
+- `causal_head`: the self-speculative hybrid's trunk pass (`noncausal`) and causal verification pass (`causal`,
+  costing `causal_share` of a forward).
+
+A sampler lists the capabilities it needs in `requires`; `require_capabilities` refuses a mismatch with one line
+before any forward pass, and the forward counter exposes exactly these operations, each charged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from mdmkit.core.errors import CapabilityError
+
+KV_CACHE = "kv_cache"
+HIDDEN_STATES = "hidden_states"
+CAUSAL_HEAD = "causal_head"
+CAPABILITIES = {
+    KV_CACHE: "incremental decoding with a KV cache",
+    HIDDEN_STATES: "last hidden states and input embeddings",
+    CAUSAL_HEAD: "causal blocks that verify drafts (a SpeculativeTransformer)",
+}
+
+
+@dataclass
+class KVCache:
+    """Keys and values of already-processed tokens, per layer [B, H, T, D], for incremental decoding.
+
+    A forward given a cache attends to it before its own tokens; with `commit=n` it also appends the keys and
+    values of its first n tokens (the rest are queries only, e.g. a block of masks that will change).
+    """
+
+    keys: list[torch.Tensor | None]
+    values: list[torch.Tensor | None]
+
+    @classmethod
+    def empty(cls, n_layers: int) -> KVCache:
+        return cls([None] * n_layers, [None] * n_layers)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def select(self, rows: torch.Tensor) -> KVCache:
+        """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        return KVCache([pick(k) for k in self.keys], [pick(v) for v in self.values])
+
+
+class Denoiser(Protocol):
+    """Tokens [B, L] (some of them the mask token) -> logits [B, L, V]; `attn_mask` hides padding."""
+
+    def __call__(self, tokens: torch.Tensor, attn_mask: Any = None) -> torch.Tensor: ...
+
+
+class CachedDenoiser(Denoiser, Protocol):
+    """Capability `kv_cache`."""
+
+    @property
+    def n_layers(self) -> int: ...
+
+    def __call__(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
+                 cache: KVCache | None = None, commit: int = 0) -> torch.Tensor: ...
+
+
+class HiddenStateDenoiser(Denoiser, Protocol):
+    """Capability `hidden_states`."""
+
+    embed: torch.nn.Embedding
+
+    def forward_with_hidden(self, tokens: torch.Tensor,
+                            attn_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class SelfSpeculativeDenoiser(Denoiser, Protocol):
+    """Capability `causal_head`."""
+
+    causal_share: float
+
+    def noncausal(self, tokens: torch.Tensor, attn_mask: Any = None) -> Any: ...
+
+    def causal(self, trunk: Any, tokens: torch.Tensor, order: torch.Tensor,
+               n_known: torch.Tensor) -> torch.Tensor: ...
+
+
+def missing_capability(network: object, capability: str) -> CapabilityError:
+    """The error for asking `network` for a `capability` it does not declare."""
+    return CapabilityError(f"{type(network).__name__} does not provide {capability} ({CAPABILITIES[capability]})")
+
+
+def capabilities_of(network: object) -> frozenset[str]:
+    """The capabilities `network` declares (none for a plain callable)."""
+    return frozenset(getattr(network, "capabilities", ()))
+
+
+def require_capabilities(sampler: object, network: object) -> None:
+    """Refuse, in one line, a sampler that needs a capability `network` lacks."""
+    missing = sorted(frozenset(getattr(sampler, "requires", ())) - capabilities_of(network))
+    if missing:
+        needs = "; ".join(f"{name} ({CAPABILITIES[name]})" for name in missing)
+        raise CapabilityError(f"sampler {type(sampler).__name__} needs {needs}, which {type(network).__name__} "
+                          f"does not provide")

@@ -1,0 +1,57 @@
+"""The sampler contract: what every sampler takes and returns, stated once.
+
+A sampler fills the masked positions of a batch through a `ForwardCounter`, the only view of the network it
+gets, so every forward pass is charged to the rows it ran on. What a sampler needs beyond logits (a KV cache,
+hidden states, a causal head) it lists in `requires`; evaluation checks that against the network's
+capabilities (`mdmkit.models.denoiser`) before the first forward. Samplers hold configuration only: networks
+they need besides the denoiser (P2's planner, NI's indicator) are passed in loaded, never as paths, and no state
+survives from one `sample` call to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from mdmkit.core.stopping import StopCondition
+from mdmkit.samplers.counting import ForwardCounter
+
+
+@dataclass
+class Sampled:
+    """A finished batch: the tokens and, per position, the row's step that revealed it (-1: given)."""
+
+    tokens: torch.Tensor  # [B, L]
+    reveal_step: torch.Tensor  # [B, L]
+    steps: torch.Tensor  # [B] steps each row took
+
+    def partition(self, row: int) -> list[list[int]]:
+        """Row `row`'s trajectory as an ordered partition: the positions revealed at each step."""
+        steps = self.reveal_step[row]
+        return [torch.nonzero(steps == s).flatten().tolist() for s in range(int(self.steps[row]))]
+
+
+class Sampler(Protocol):
+    """Every sampler: masked diffusion (ordering x budget x choice), P2, NI, SBD and NTP, window/speculative."""
+
+    @property
+    def requires(self) -> frozenset[str]:
+        """Capabilities the network must declare (empty: any Denoiser)."""
+
+    def sample(
+        self,
+        network: ForwardCounter,
+        tokens: torch.Tensor,
+        mask_id: int,
+        generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        stop: StopCondition | None = None,
+    ) -> Sampled:
+        """Fill every `mask_id` position of `tokens` [B, L].
+
+        `attention_mask` [B, L] (True = a real token) hides left padding; `stop` ends rows at a stop sequence
+        (generate_until; the counter notes each row's NFE at that point). Draws use `generator` only.
+        """
