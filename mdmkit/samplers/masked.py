@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from mdmkit.core.config import Validated, require
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.config import require
 from mdmkit.samplers.budget import (
     Budget,
     ConfidenceFactor,
@@ -31,9 +30,11 @@ from mdmkit.samplers.budget import (
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 _NO_BLOCK = torch.iinfo(torch.long).max
+# (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
+RevealHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class _LazyRanked(Ranked):
@@ -58,7 +59,7 @@ def answer_blocks(answer: torch.Tensor, block_length: int | None) -> torch.Tenso
 
 
 @dataclass
-class MaskedSampler(Validated):
+class MaskedSampler(Sampler):
     """The shared loop; subclasses supply the budget rule. Fields are the ordering and choice knobs."""
 
     ordering: str | Callable[..., torch.Tensor] = "confidence"  # confidence | entropy | margin | random | a callable
@@ -66,8 +67,6 @@ class MaskedSampler(Validated):
     top_p: float = 1.0
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
-
-    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
 
     def validate(self) -> None:
         if isinstance(self.ordering, str):
@@ -86,26 +85,15 @@ class MaskedSampler(Validated):
     def error_proxy(self) -> Callable[..., torch.Tensor]:
         return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
 
-    @torch.no_grad()
-    def sample(
-        self,
-        network: ForwardCounter,
-        tokens: torch.Tensor,
-        mask_id: int,
-        generator: torch.Generator | None = None,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        stop: StopCondition | None = None,
-        reveal_also: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    ) -> Sampled:
-        """Fill every `mask_id` position of `tokens` [B, L].
+    def fill(self, network: ForwardCounter, canvas: Canvas, reveal_also: RevealHook | None = None) -> Sampled:
+        """The shared loop (see `Sampler.sample`).
 
-        `attention_mask` [B, L] (True = a real token) hides padding from the network; `stop` ends rows at a
-        stop sequence (generate_until). The counter records each row's NFE and its NFE at the stop point.
         `reveal_also(rows, state, logits, hidden)` -> bool [R, L] adds eligible positions to reveal beyond the
         budget's (NI sampling's indicator; `logits` has the mask token at -inf; `hidden` is the last hidden
         state of the same forward, so the network needs the `hidden_states` capability).
         """
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask, stop = canvas.attention_mask, canvas.stop
         x = tokens.clone()
         batch, length = x.shape
         device = x.device

@@ -19,13 +19,12 @@ from typing import Any
 
 import torch
 
-from mdmkit.core.config import Validated, require
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.config import require
 from mdmkit.models.denoiser import HIDDEN_STATES
 from mdmkit.models.indicator import IndicatorScorer
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.masked import MaskedSampler, TopKSampler
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 # (masked [R, L], logits [R, L, V] with the mask token at -inf, last hidden state [R, L, D]) -> log-odds
 Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -41,12 +40,13 @@ def log_odds_threshold(epsilon: float) -> float:
 
 
 @dataclass
-class NISampler(Validated):
+class NISampler(Sampler):
     """`base` plus every masked position the indicator scores >= `epsilon`.
 
     `indicator` is a loaded scorer (evaluation loads `sampler.indicator=<indicator.pt>`, checked against the
     base network, into an `IndicatorScorer`; any `Scorer` works). Its passes cost `indicator_cost` base
-    forwards each (default: the indicator's parameter share of the base network; 1 for a scorer of unknown size).
+    forwards each (default: the indicator's parameter share of the base network; 1 for a scorer of unknown
+    size).
     """
 
     base: MaskedSampler = field(default_factory=TopKSampler)
@@ -57,7 +57,7 @@ class NISampler(Validated):
     def validate(self) -> None:
         require(0.0 <= self.epsilon <= 1.0, f"epsilon={self.epsilon} must lie in [0, 1]")
         require(self.indicator is None or callable(self.indicator),
-                "indicator must be a loaded scorer (evaluate.py loads sampler.indicator=path/to/indicator.pt)")
+                "indicator must be a loaded scorer (evaluation loads sampler.indicator=<indicator.pt>)")
         require(self.indicator_cost is None or self.indicator_cost >= 0.0,
                 f"indicator_cost={self.indicator_cost} must be >= 0 or null")
 
@@ -66,22 +66,11 @@ class NISampler(Validated):
         """The indicator reads the base network's hidden states, unless epsilon = 1 never runs it."""
         return frozenset() if self.epsilon >= 1.0 else frozenset({HIDDEN_STATES})
 
-    @torch.no_grad()
-    def sample(
-        self,
-        network: ForwardCounter,
-        tokens: torch.Tensor,
-        mask_id: int,
-        generator: torch.Generator | None = None,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        stop: StopCondition | None = None,
-    ) -> Sampled:
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """The base sampler's `sample`; each step also reveals the eligible positions the indicator passes."""
         threshold = log_odds_threshold(self.epsilon)
         if threshold == math.inf:
-            return self.base.sample(network, tokens, mask_id, generator,
-                                    attention_mask=attention_mask, stop=stop)
+            return self.base.fill(network, canvas)
         require(self.indicator is not None,
                 "NI sampling needs an indicator: pass sampler.indicator=path/to/indicator.pt")
         scorer = self.indicator
@@ -92,7 +81,6 @@ class NISampler(Validated):
         def reveal_also(rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
                         hidden: torch.Tensor) -> torch.Tensor:
             network.charge(rows, share, "indicator")
-            return scorer(state == mask_id, logits, hidden) >= threshold
+            return scorer(state == canvas.mask_id, logits, hidden) >= threshold
 
-        return self.base.sample(network, tokens, mask_id, generator,
-                                attention_mask=attention_mask, stop=stop, reveal_also=reveal_also)
+        return self.base.fill(network, canvas, reveal_also=reveal_also)

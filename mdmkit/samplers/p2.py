@@ -15,14 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from mdmkit.core.config import Validated, require
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.config import require
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 # kappa(t): the fraction of non-fixed positions revealed after the step at time t in (0, 1]; each is
 # non-decreasing with kappa(1) = 1, so the masked count never grows and the last step reveals everything.
@@ -87,7 +86,7 @@ class _Run:
 
 
 @dataclass
-class P2Sampler(Validated):
+class P2Sampler(Sampler):
     """P2 path-planning sampler: a fixed number of steps, each one denoiser forward per row, with re-masking.
 
     `planner` is a loaded network whose log-probabilities score the positions already revealed
@@ -102,8 +101,6 @@ class P2Sampler(Validated):
     temperature: float = 0.0
     planner: Any = None  # tokens [R, L] -> logits [R, L, V]
     planner_cost: float | None = None
-
-    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
 
     def validate(self) -> None:
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")
@@ -125,22 +122,14 @@ class P2Sampler(Validated):
         unrevealed = 1.0 - KAPPAS[self.kappa]((step + 1) / self.steps)
         return torch.floor(free.double() * unrevealed + _FLOOR_SLACK).long().clamp(0)
 
-    @torch.no_grad()
-    def sample(
-        self,
-        network: ForwardCounter,
-        tokens: torch.Tensor,
-        mask_id: int,
-        generator: torch.Generator | None = None,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        stop: StopCondition | None = None,
-    ) -> Sampled:
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L] in exactly `steps` forwards per row.
 
         Rows with nothing to fill are never forwarded. `stop` is refused: a revealed stop sequence can still
         be re-masked, so there is no point after which a P2 row is settled.
         """
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask, stop = canvas.attention_mask, canvas.stop
         if stop is not None:
             raise ValueError("P2Sampler does not support stop conditions: revealed tokens can be re-masked")
         x = tokens.clone()

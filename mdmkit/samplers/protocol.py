@@ -3,18 +3,19 @@
 A sampler fills the masked positions of a batch through a `ForwardCounter`, the only view of the network it
 gets, so every forward pass is charged to the rows it ran on. What a sampler needs beyond logits (a KV cache,
 hidden states, a causal head) it lists in `requires`; evaluation checks that against the network's
-capabilities (`mdmkit.models.denoiser`) before the first forward. Samplers hold configuration only: networks
-they need besides the denoiser (P2's planner, NI's indicator) are passed in loaded, never as paths, and no state
-survives from one `sample` call to the next.
+capabilities (`mdmkit.models.denoiser`) before the first forward. Samplers hold configuration only: the
+networks they need besides the denoiser (P2's planner, NI's indicator) are passed in loaded, never as paths,
+and no state survives from one `sample` call to the next.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar
 
 import torch
 
+from mdmkit.core.config import Validated
 from mdmkit.core.stopping import StopCondition
 from mdmkit.samplers.counting import ForwardCounter
 
@@ -33,13 +34,25 @@ class Sampled:
         return [torch.nonzero(steps == s).flatten().tolist() for s in range(int(self.steps[row]))]
 
 
-class Sampler(Protocol):
-    """Every sampler: masked diffusion (ordering x budget x choice), P2, NI, SBD and NTP, window/speculative."""
+@dataclass(frozen=True)
+class Canvas:
+    """One `sample` call: the batch to fill and the rules of filling it."""
 
-    @property
-    def requires(self) -> frozenset[str]:
-        """Capabilities the network must declare (empty: any Denoiser)."""
+    tokens: torch.Tensor  # [B, L]; every `mask_id` position is to be filled
+    mask_id: int
+    generator: torch.Generator | None = None  # the only source of randomness
+    attention_mask: torch.Tensor | None = None  # [B, L], True = a real token: hides left padding
+    stop: StopCondition | None = None  # generate_until: rows end at a settled stop sequence
 
+
+@dataclass
+class Sampler(Validated):
+    """Base of every sampler: masked diffusion (ordering x budget x choice), P2, NI, NTP and SBD, window and
+    self-speculative. Fields are configuration only; subclasses implement `fill`."""
+
+    requires: ClassVar[frozenset[str]] = frozenset()  # capabilities the network must declare (none: any)
+
+    @torch.no_grad()
     def sample(
         self,
         network: ForwardCounter,
@@ -55,3 +68,8 @@ class Sampler(Protocol):
         `attention_mask` [B, L] (True = a real token) hides left padding; `stop` ends rows at a stop sequence
         (generate_until; the counter notes each row's NFE at that point). Draws use `generator` only.
         """
+        return self.fill(network, Canvas(tokens, mask_id, generator, attention_mask, stop))
+
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        """Fill `canvas` through `network`, which charges every forward to the rows it ran on."""
+        raise NotImplementedError

@@ -20,13 +20,13 @@ from typing import ClassVar
 
 import torch
 
-from mdmkit.core.config import Validated, require
+from mdmkit.core.config import require
 from mdmkit.core.stopping import StopCondition
 from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.masked import EBSampler, MaskedSampler
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 _FILLER = 0  # token id placed in padding slots; they are never attended to and never revealed
 
@@ -133,7 +133,7 @@ class _CausalDecodeState:
 
 
 @dataclass
-class NTPDecoder(Validated):
+class NTPDecoder(Sampler):
     """Next-token prediction with a KV cache: one forward, one token (the baseline of SBD)."""
 
     temperature: float = 0.0
@@ -146,10 +146,9 @@ class NTPDecoder(Validated):
         require(self.temperature >= 0, f"temperature={self.temperature} must be >= 0")
         require(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]")
 
-    @torch.no_grad()
-    def sample(self, network: ForwardCounter, tokens: torch.Tensor, mask_id: int,
-               generator: torch.Generator | None = None, *, attention_mask: torch.Tensor | None = None,
-               stop: StopCondition | None = None) -> Sampled:
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask, stop = canvas.attention_mask, canvas.stop
         _refuse_padding(attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
         while True:
@@ -160,7 +159,8 @@ class NTPDecoder(Validated):
             clean_logits, clean_valid, _ = state.forward(rows, None, None, commit=True)
             last = clean_valid.long().sum(1) - 1
             logits = clean_logits[torch.arange(len(rows)), last].float()
-            logits[:, mask_id] = float("-inf")
+            if mask_id < logits.shape[-1]:  # NTP never feeds a mask: it may be an id past the vocabulary
+                logits[:, mask_id] = float("-inf")
             probs = predictive_distribution(logits[:, None], self.temperature, self.top_p)
             token, _ = choose_tokens(probs, self.temperature, generator)
             state.x[rows, state.cursor[rows]] = token[:, 0]
@@ -204,7 +204,7 @@ class _BlockNetwork:
 
 
 @dataclass
-class SBDSampler(Validated):
+class SBDSampler(Sampler):
     """Set Block Decoding: blocks of `block_size` masks, revealed by `rule` (any masked sampler's budget).
 
     `block_size=1` with `rule` top-1 decodes one masked token per forward (not the NTP head: see NTPDecoder).
@@ -221,10 +221,9 @@ class SBDSampler(Validated):
         require(isinstance(self.rule, MaskedSampler), "rule must be a masked sampler (e.g. EBSampler)")
         require(self.rule.block_length is None, "rule.block_length must be null: SBD blocks are block_size")
 
-    @torch.no_grad()
-    def sample(self, network: ForwardCounter, tokens: torch.Tensor, mask_id: int,
-               generator: torch.Generator | None = None, *, attention_mask: torch.Tensor | None = None,
-               stop: StopCondition | None = None) -> Sampled:
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask, stop = canvas.attention_mask, canvas.stop
         _refuse_padding(attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
         offsets = torch.arange(self.block_size, device=tokens.device)

@@ -22,14 +22,13 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from mdmkit.core.config import Validated, require
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.config import require
 from mdmkit.models.denoiser import CAUSAL_HEAD
 from mdmkit.models.speculative import Trunk, gather_positions
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ordering import ERROR_PROXIES
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 _SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
 
@@ -95,7 +94,7 @@ class _Pass:
 
 
 @dataclass
-class WindowSampler(Validated):
+class WindowSampler(Sampler):
     """Each trunk pass reveals the first `window` masked positions of σ from the factorised draft: an MDM on
     the windows of Appendix D, the baseline of speculative sampling at equal windows. The defaults are the
     paper's (random order, temperature 1, cosine window).
@@ -112,8 +111,6 @@ class WindowSampler(Validated):
     top_p: float = 1.0
     stop_early: bool = True
 
-    requires: ClassVar[frozenset[str]] = frozenset()  # any Denoiser
-
     def validate(self) -> None:
         if self.window == "cosine":
             require(0.0 < self.window_param <= 1.0,
@@ -126,18 +123,10 @@ class WindowSampler(Validated):
         require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
         require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
 
-    @torch.no_grad()
-    def sample(
-        self,
-        network: ForwardCounter,
-        tokens: torch.Tensor,
-        mask_id: int,
-        generator: torch.Generator | None = None,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        stop: StopCondition | None = None,
-    ) -> Sampled:
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L]; a step is one trunk pass."""
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask, stop = canvas.attention_mask, canvas.stop
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("window and speculative sampling take unpadded batches (no attention_mask)")
         x = tokens.clone()
