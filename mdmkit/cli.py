@@ -23,7 +23,7 @@ def _fail(error: MdmkitError) -> None:
         sys.exit(2)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="pkg://mdmkit.conf", config_name="train")
 def train(cfg: DictConfig) -> None:
     # heavy imports after Hydra has parsed the command line
     if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
@@ -37,7 +37,7 @@ def train(cfg: DictConfig) -> None:
         _fail(error)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="pkg://mdmkit.conf", config_name="evaluate")
 def evaluate(cfg: DictConfig) -> None:
     from mdmkit.evaluation.evaluate import run_evaluation
 

@@ -12,7 +12,7 @@ from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import ConfigError
 from mdmkit.training.module import MDMModule
 
-CONF = Path(__file__).resolve().parents[1] / "mdmkit" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 

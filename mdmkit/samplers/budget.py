@@ -2,7 +2,8 @@
 
 A rule sees a `Ranked` view (eligible positions sorted best first by the error proxy) and returns a count
 per row; the loop then reveals at least one and at most all eligible positions. Top-k, step schedules,
-EB-Sampler, Fast-dLLM threshold and factor differ only here.
+EB-Sampler, Fast-dLLM threshold and factor differ only here. Each rule checks the ranges of its own
+parameters, once for every sampler that uses it (a bad value is a `ConfigError` naming the field).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from mdmkit.core.config import require
 
 
 @dataclass
@@ -45,6 +48,9 @@ class FixedCount:
 
     k: int
 
+    def __post_init__(self) -> None:
+        require(self.k >= 1, f"k={self.k} must be >= 1")
+
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         return torch.full_like(ranked.n_eligible, self.k)
 
@@ -57,6 +63,9 @@ class StepSchedule:
     """
 
     steps: int
+
+    def __post_init__(self) -> None:
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
 
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         base, extra = ranked.block_size // self.steps, ranked.block_size % self.steps
@@ -71,6 +80,10 @@ class DreamSchedule:
 
     steps: int
     eps: float = 1e-3
+
+    def __post_init__(self) -> None:
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
+        require(0.0 < self.eps < 1.0, f"eps={self.eps} must lie in (0, 1)")
 
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         times = torch.linspace(1.0, self.eps, self.steps + 1, dtype=torch.float64)
@@ -87,6 +100,9 @@ class EntropyBound:
 
     gamma: float
 
+    def __post_init__(self) -> None:
+        require(self.gamma >= 0.0, f"gamma={self.gamma} must be >= 0")
+
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         entropy = ranked.entropy.masked_fill(~ranked.valid, 0.0)
         excess = entropy.cumsum(1) - entropy.cummax(1).values  # non-decreasing along the prefix
@@ -99,6 +115,9 @@ class ConfidenceThreshold:
 
     tau: float
 
+    def __post_init__(self) -> None:
+        require(0.0 < self.tau <= 1.0, f"tau={self.tau} must lie in (0, 1]")
+
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         return _prefix_length((ranked.confidence >= self.tau) & ranked.valid)
 
@@ -108,6 +127,9 @@ class ConfidenceFactor:
     """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < f, c_(n) the n-th ranked confidence."""
 
     factor: float
+
+    def __post_init__(self) -> None:
+        require(self.factor > 0.0, f"factor={self.factor} must be > 0")
 
     def __call__(self, ranked: Ranked) -> torch.Tensor:
         n = torch.arange(1, ranked.confidence.shape[1] + 1, device=ranked.confidence.device)

@@ -9,9 +9,9 @@ Semi-autoregressive decoding restricts eligibility to the current block of `bloc
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,7 +60,14 @@ def answer_blocks(answer: torch.Tensor, block_length: int | None) -> torch.Tenso
 
 @dataclass
 class MaskedSampler(Sampler):
-    """The shared loop; subclasses supply the budget rule. Fields are the ordering and choice knobs."""
+    """The shared loop; subclasses supply the budget rule. Fields are the ordering and choice knobs.
+
+    A subclass names its rule (a dataclass, see budget.py) in `budget_rule` and declares the rule's fields, same
+    names, with their defaults: `budget()` builds the rule from them and the rule checks their ranges, so each
+    sampler is a declaration. Or it overrides `budget()`.
+    """
+
+    budget_rule: ClassVar[type[Budget] | None] = None
 
     ordering: str | Callable[..., torch.Tensor] = "confidence"  # confidence | entropy | margin | random | a callable
     temperature: float = 0.0
@@ -78,9 +85,14 @@ class MaskedSampler(Sampler):
         require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
         require(self.block_length is None or self.block_length >= 1,
                 f"block_length={self.block_length} must be >= 1 or null")
+        if self.budget_rule is not None:
+            self.budget()  # the rule checks its own fields: a bad value stops at construction
 
     def budget(self) -> Budget:
-        raise NotImplementedError
+        """This sampler's budget rule, built from the fields it shares with the rule."""
+        if self.budget_rule is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no budget_rule and does not override budget()")
+        return self.budget_rule(**{field.name: getattr(self, field.name) for field in fields(self.budget_rule)})
 
     def error_proxy(self) -> Callable[..., torch.Tensor]:
         return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
@@ -158,91 +170,53 @@ class MaskedSampler(Sampler):
 class TopKSampler(MaskedSampler):
     """Reveal the k best positions per step (k = 1 is full-step sampling: one token per forward pass)."""
 
+    budget_rule = FixedCount
     k: int = 1
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.k >= 1, f"k={self.k} must be >= 1")
-
-    def budget(self) -> Budget:
-        return FixedCount(self.k)
 
 
 @dataclass
 class StepsSampler(MaskedSampler):
     """A fixed number of steps per block, positions spread evenly over them (LLaDA's schedule)."""
 
-    steps: int = 64
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
-
-    def budget(self) -> Budget:
-        return StepSchedule(self.steps)
+    budget_rule = StepSchedule
+    steps: int = 16
 
 
 @dataclass
 class DreamStepsSampler(MaskedSampler):
     """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule)."""
 
+    budget_rule = DreamSchedule
     steps: int = 64
-    eps: float = 1e-3
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
-        require(0.0 < self.eps < 1.0, f"eps={self.eps} must lie in (0, 1)")
-
-    def budget(self) -> Budget:
-        return DreamSchedule(self.steps, self.eps)
+    eps: float = DreamSchedule.eps
 
 
 @dataclass
 class EBSampler(MaskedSampler):
     """EB-Sampler: reveal the largest ranked prefix whose entropy sum minus its max entropy is <= gamma."""
 
+    budget_rule = EntropyBound
     gamma: float = 0.1
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.gamma >= 0.0, f"gamma={self.gamma} must be >= 0")
-
-    def budget(self) -> Budget:
-        return EntropyBound(self.gamma)
 
 
 @dataclass
 class ThresholdSampler(MaskedSampler):
     """Fast-dLLM threshold: every position with confidence >= tau, at least the best one."""
 
+    budget_rule = ConfidenceThreshold
     tau: float = 0.9
-
-    def validate(self) -> None:
-        super().validate()
-        require(0.0 < self.tau <= 1.0, f"tau={self.tau} must lie in (0, 1]")
-
-    def budget(self) -> Budget:
-        return ConfidenceThreshold(self.tau)
 
 
 @dataclass
 class FactorSampler(MaskedSampler):
     """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < factor."""
 
+    budget_rule = ConfidenceFactor
     factor: float = 1.0
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.factor > 0.0, f"factor={self.factor} must be > 0")
-
-    def budget(self) -> Budget:
-        return ConfidenceFactor(self.factor)
 
 
 @dataclass
 class RevealAllSampler(MaskedSampler):
     """Every eligible position in one step (one forward per block)."""
 
-    def budget(self) -> Budget:
-        return RevealAll()
+    budget_rule = RevealAll

@@ -32,7 +32,7 @@ class MazeTask(PuzzleTask):
 
     name = "maze"
 
-    grid_size: int = 5
+    grid_size: int = 4
     min_path_len: int = 2
     answer: Literal["path", "cells"] = "path"
 

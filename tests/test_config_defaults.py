@@ -1,0 +1,126 @@
+"""One source of truth for defaults: the YAML options and the dataclasses they build agree.
+
+Sampler options state every field of their class: Hydra accepts `sampler.<field>=...` only for keys the
+option has, sweeps grid only over them, and results rows are keyed by the composed dict, so the stored
+rows of docs/results must come back unchanged from today's options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+SAMPLER_OPTIONS = sorted((CONF / "sampler").glob("*.yaml"))
+# Results-neutral machine settings: the CLI sizes them for the 2-core default machine, Python stays serial.
+MACHINE_SETTINGS = {"workers"}
+
+
+def dataclass_nodes(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every `_target_` node of a raw config tree that names a dataclass, with where it sits."""
+    if not isinstance(node, dict):
+        return
+    if "_target_" in node and dataclasses.is_dataclass(get_class(node["_target_"])):
+        yield where, node
+    for key, value in node.items():
+        yield from dataclass_nodes(value, f"{where}.{key}")
+
+
+def raw_config(path: Path) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def class_defaults(cls: type) -> dict[str, Any]:
+    """The fields of `cls` that have a default (required fields are left out)."""
+    defaults = {}
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+    return defaults
+
+
+def stated_differences(node: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The fields `node` states with another value than `defaults` (nested objects compared field by field).
+
+    Computed values (`${...}` interpolations) and required ones (`???`) are no defaults and are skipped.
+    """
+    differences = {}
+    for key, value in node.items():
+        if key == "_target_" or key in MACHINE_SETTINGS or key not in defaults:
+            continue
+        if isinstance(value, str) and ("${" in value or value == "???"):
+            continue
+        default = defaults[key]
+        if isinstance(value, dict) and "_target_" in value:
+            if type(default) is not get_class(value["_target_"]):
+                differences[key] = (value["_target_"], type(default).__name__)
+                continue
+            nested = {f.name: getattr(default, f.name) for f in dataclasses.fields(default)}
+            differences.update({f"{key}.{k}": v for k, v in stated_differences(value, nested).items()})
+        elif value != (list(default) if isinstance(default, tuple) else default):
+            differences[key] = (value, default)
+    return differences
+
+
+def test_every_configured_dataclass_has_an_option_stating_its_defaults() -> None:
+    """`Class()` in Python and its plain option on the command line are the same object; presets (other
+    options of the same class) differ on purpose."""
+    differences: dict[type, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for path in sorted(CONF.rglob("*.yaml")):
+        for where, node in dataclass_nodes(raw_config(path), str(path.relative_to(CONF))):
+            cls = get_class(node["_target_"])
+            differences[cls][where] = stated_differences(node, class_defaults(cls))
+    assert len(differences) > 20  # samplers, models, tasks, objectives, optimizer, indicator, trajectories
+    no_plain_option = {cls.__name__: options for cls, options in differences.items()
+                       if all(options.values())}
+    assert not no_plain_option, f"YAML values that disagree with the dataclass defaults: {no_plain_option}"
+
+
+@pytest.mark.parametrize("path", SAMPLER_OPTIONS, ids=lambda p: p.stem)
+def test_every_sampler_option_states_every_field_of_its_class(path: Path) -> None:
+    for where, node in dataclass_nodes(raw_config(path), path.stem):
+        fields = {f.name for f in dataclasses.fields(get_class(node["_target_"]))}
+        assert set(node) - {"_target_"} == fields, where
+
+
+def stored_samplers() -> list[dict[str, Any]]:
+    """The sampler configs of every results row in docs/results (oracle rows name no `_target_`)."""
+    samplers = []
+    for path in sorted((ROOT / "docs/results").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            sampler = json.loads(line).get("sampler")
+            if isinstance(sampler, dict) and "_target_" in sampler and sampler not in samplers:
+                samplers.append(sampler)
+    return samplers
+
+
+def test_stored_rows_keep_their_sampler_dicts_under_todays_options() -> None:
+    """Each stored row's sampler comes back from an option plus `sampler.<field>=` overrides, so its key (a
+    hash over that dict) does too and `resume` still recognises every stored measurement."""
+    options: dict[str, list[Any]] = defaultdict(list)
+    for path in SAMPLER_OPTIONS:
+        option = OmegaConf.load(path)
+        OmegaConf.set_struct(option, True)  # as Hydra composes: an override may not add a key
+        options[option._target_].append(option)
+    samplers = stored_samplers()
+    assert len(samplers) > 100
+    for sampler in samplers:
+        composed = []
+        for option in options[sampler["_target_"]]:
+            try:
+                composed.append(OmegaConf.to_container(OmegaConf.merge(option, sampler)))
+            except ConfigKeyError:  # another option of the class (NI on another base)
+                continue
+        assert sampler in composed, sampler

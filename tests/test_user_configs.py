@@ -1,0 +1,67 @@
+"""A user's own sampler and task, outside the package, plugged in through `hydra.searchpath`.
+
+tests/user_configs/ is the README's example ("Your own sampler or task"): my_extension.py defines a sampler
+(mdmkit's masked loop with a budget rule of its own) and a Sudoku variant; my_conf/ holds their options.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, compose_config, run_cli
+from fakes import random_transformer
+
+from mdmkit.core.config import build
+from mdmkit.core.errors import ConfigError
+from mdmkit.samplers import ForwardCounter, MaskedSampler
+from mdmkit.tasks.sudoku import SudokuTask
+from mdmkit.training.train import run_training
+
+EXAMPLE = Path(__file__).parent / "user_configs"
+SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'my_conf'}]"
+SMALL_DATA = ["task.n_train=300", "task.n_val=40", "task.n_test=40", "task.workers=1"]
+
+
+@pytest.fixture
+def importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's module importable here and in subprocesses, as a user's PYTHONPATH makes it."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.setenv("PYTHONPATH", str(EXAMPLE))
+
+
+def test_the_user_options_compose_with_mdmkits_and_build(importable: None) -> None:
+    cfg = compose_config("evaluate", ["ckpt=x.pt", SEARCHPATH, "sampler=fraction", "sampler.fraction=0.25",
+                                      "sampler.ordering=entropy", "task=easy_sudoku"])
+    sampler, task = build(cfg.sampler, "sampler"), build(cfg.task, "task")
+    assert isinstance(sampler, MaskedSampler) and (sampler.fraction, sampler.ordering) == (0.25, "entropy")
+    assert isinstance(task, SudokuTask) and task.name == "easy_sudoku"
+    assert (task.n_givens, task.n_test) == (60, 1000)  # its own givens, the rest from mdmkit's sudoku option
+
+    x = torch.full((3, 16), 8)
+    counter = ForwardCounter(random_transformer(9, 16), len(x))
+    out = sampler.sample(counter, x, 8)
+    assert not (out.tokens == 8).any()
+    # a quarter of what is left each step, at least one: 16 -> 12 -> 9 -> 7 -> 6 -> 5 -> 4 -> 3 -> 2 -> 1 -> 0
+    assert out.steps.tolist() == [10] * 3
+
+
+def test_a_bad_user_value_is_one_config_error(importable: None) -> None:
+    cfg = compose_config("evaluate", ["ckpt=x.pt", SEARCHPATH, "sampler=fraction", "sampler.fraction=2"])
+    with pytest.raises(ConfigError, match=r"sampler: fraction=2 must lie in \(0, 1\]"):
+        build(cfg.sampler, "sampler")
+
+
+def test_evaluate_runs_the_user_sampler_on_the_user_task(importable: None, tmp_path: Path) -> None:
+    trained = tmp_path / "trained"
+    run_training(compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={trained}/t.jsonl"]),
+                 trained)
+    results = tmp_path / "results.jsonl"
+    out = run_cli("evaluate.py", SEARCHPATH, f"ckpt={trained}/model.pt", "sampler=fraction", "task=easy_sudoku",
+                  *SMALL_DATA, "limit=8", f"results_file={results}", "wandb.mode=disabled", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["task"] == "easy_sudoku" and row["n"] == 8
+    assert row["sampler"]["_target_"] == "my_extension.FractionSampler" and row["family"] == "fraction-confidence"
