@@ -19,7 +19,6 @@ Results: docs/results/sbd_arithmetic.{jsonl,md,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,9 +33,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp  # noqa: E402
 from mdmkit.evaluation.runner import sample_split  # noqa: E402
 from mdmkit.io.checkpoint import TrainedModel  # noqa: E402
-from mdmkit.io.results import provenance, wilson_interval  # noqa: E402
+from mdmkit.io.results import wilson_interval  # noqa: E402
 from mdmkit.samplers import EBSampler, NTPDecoder, SBDSampler  # noqa: E402
 from mdmkit.tasks.arithmetic import END, VOCAB  # noqa: E402
 
@@ -113,8 +113,9 @@ def wall_clock(ntp_net, sbd_net, sampler, task, test, batch_size: int, repeats: 
             "batch_size": batch_size, "repeats": repeats, "threads": torch.get_num_threads()}
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+def figure(rows: list[dict[str, Any]]) -> plt.Figure:
+    """Accuracy against forwards per token: each block size's gamma grid as a line, the NTP rows as markers."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=130)
     for block in BLOCKS:
         points = sorted((r for r in rows if r.get("block") == block), key=lambda r: r["forwards_per_token"])
         ax.plot([r["forwards_per_token"] for r in points], [100 * r["accuracy"] for r in points], "o-",
@@ -127,43 +128,45 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    return fig
 
 
-def markdown(rows: list[dict], walls: list[dict], meta: dict, notes: str) -> str:
+def markdown(rows: list[dict], walls: list[dict], meta: dict, notes: str, page: Page) -> str:
     ntp = next(r for r in rows if r["name"] == "(a) NTP fine-tune, NTP decoding")
     lines = [
         "# Set Block Decoding on the arithmetic task", "",
-        f"Reproduce: `{meta['command']}` ({meta['device']}, {meta['threads']} threads; commit "
-        f"{meta['git_commit']}). Raw rows: `sbd_arithmetic.jsonl`; plot: `sbd_arithmetic.png`.", "",
-        f"Models: {meta['models']}. Test: {ntp['n']} problems of `task=arithmetic` (defaults: 3 operations "
-        "on 0-9, left to right, chain of thought), scored on the final answer. Forwards per token = NFE up "
-        "to and including the end token / tokens up to it (the prompt is prefilled in the first forward). "
-        "Speedup = NTP forwards per token / this row's.", "",
-        "| model, decoding | accuracy (95% CI) | forwards / token | speedup | NFE | tokens |",
-        "|---|---:|---:|---:|---:|---:|",
+        (f"Reproduce: `{meta['command']}` ({meta['device']}, {meta['threads']} threads; commit "
+         f"{meta['git_commit']}). Raw rows: `{page.name('.jsonl')}`; plot: `{page.name('.png')}`."), "",
+        (f"Models: {meta['models']}. Test: {ntp['n']} problems of `task=arithmetic` (defaults: 3 operations "
+         "on 0-9, left to right, chain of thought), scored on the final answer. Forwards per token = NFE up "
+         "to and including the end token / tokens up to it (the prompt is prefilled in the first forward). "
+         "Speedup = NTP forwards per token / this row's."), "",
+        markdown_table(["model, decoding", "accuracy (95% CI)", "forwards / token", "speedup", "NFE", "tokens"],
+                       [accuracy_cells(r, ntp) for r in rows], align="lrrrrr"),
+        "", ("Wall clock: tokens per second of SBD (model b) over cached NTP decoding (model a), side by side "
+             "in one process on the same problems, alternating the two (median over repeats, after a warm-up):"),
+        "", markdown_table(["SBD setting", "accuracy kept", "batch", "problems", "SBD / NTP tokens per second",
+                        "range"], [wall_clock_cells(wall) for wall in walls], align="lrrrrr"),
     ]
-    for r in rows:
-        low, high = r["accuracy_ci95"]
-        speedup = ntp["forwards_per_token"] / r["forwards_per_token"]
-        lines.append(f"| {r['name']} | {100 * r['accuracy']:.1f}% ({100 * low:.1f}-{100 * high:.1f}) | "
-                     f"{r['forwards_per_token']:.3f} | {speedup:.2f}x | {r['nfe_mean']:.2f} | "
-                     f"{r['tokens_mean']:.2f} |")
-    lines += ["", "Wall clock: tokens per second of SBD (model b) over cached NTP decoding (model a), side "
-              "by side in one process on the same problems, alternating the two (median over repeats, after "
-              "a warm-up):", "",
-              "| SBD setting | accuracy kept | batch | problems | SBD / NTP tokens per second | range |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for wall in walls:
-        spread = f"{wall['speedup_min']:.2f}-{wall['speedup_max']:.2f}"
-        lines.append(f"| {wall['chosen']} | within {wall['within_points']} point(s) of NTP | "
-                     f"{wall['batch_size']} | {wall['problems']} | **{wall['speedup_median']:.2f}x** | "
-                     f"{spread} |")
     if walls:
         lines += ["", f"{walls[0]['repeats']} repeats, {walls[0]['threads']} threads."]
     else:
         lines += ["", "No SBD setting came within 2 points of NTP accuracy, so no wall-clock pair was timed."]
-    return "\n".join([*lines, "", notes]).rstrip() + "\n"
+    return "\n".join([*lines, "", notes])
+
+
+def accuracy_cells(row: dict, ntp: dict) -> list[str]:
+    low, high = row["accuracy_ci95"]
+    speedup = ntp["forwards_per_token"] / row["forwards_per_token"]
+    return [row["name"], f"{100 * row['accuracy']:.1f}% ({100 * low:.1f}-{100 * high:.1f})",
+            f"{row['forwards_per_token']:.3f}", f"{speedup:.2f}x", f"{row['nfe_mean']:.2f}",
+            f"{row['tokens_mean']:.2f}"]
+
+
+def wall_clock_cells(wall: dict) -> list[str]:
+    return [wall["chosen"], f"within {wall['within_points']} point(s) of NTP", str(wall["batch_size"]),
+            str(wall["problems"]), f"**{wall['speedup_median']:.2f}x**",
+            f"{wall['speedup_min']:.2f}-{wall['speedup_max']:.2f}"]
 
 
 def main() -> None:
@@ -179,7 +182,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=250)
     parser.add_argument("--repeats", type=int, default=5, help="wall-clock alternations")
     parser.add_argument("--single-problems", type=int, default=100, help="problems timed at batch size 1")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results",
+                        help="folder of the page sbd_arithmetic.{jsonl,md,png}")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny training, 64 problems")
     parser.add_argument("--notes", type=Path, help="markdown appended to the page (the analysis)")
     args = parser.parse_args()
@@ -227,20 +231,16 @@ def main() -> None:
             print(f"wall clock within {points} point(s), batch {batch}: SBD / NTP tokens per second = "
                   f"{wall['speedup_median']:.2f}x ({chosen['name']})")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"command": "python scripts/bench_sbd.py" + (" --quick" if args.quick else ""),
-            "device": "CPU", "threads": torch.get_num_threads(),
+    page = Page(args.out / "sbd_arithmetic")
+    meta = {"command": command_line(__file__, sys.argv[1:]), **stamp(), "device": "CPU",
+            "threads": torch.get_num_threads(),
             "models": {"ntp": str(ntp), "ntp_finetune": str(ntp_ft), "sbd": str(sbd)},
-            "pretrain_steps": args.pretrain_steps, "finetune_steps": args.finetune_steps, **provenance()}
-    with open(args.out / "sbd_arithmetic.jsonl", "w") as handle:
-        for row in rows:
-            handle.write(json.dumps({**row, "meta": meta}) + "\n")
-        for wall in walls:
-            handle.write(json.dumps({"name": "wall_clock", **wall, "meta": meta}) + "\n")
-    plot(rows, args.out / "sbd_arithmetic.png")
+            "pretrain_steps": args.pretrain_steps, "finetune_steps": args.finetune_steps}
     notes = args.notes.read_text() if args.notes else ""
-    (args.out / "sbd_arithmetic.md").write_text(markdown(rows, walls, meta, notes))
-    print(f"wrote {args.out / 'sbd_arithmetic.md'}")
+    written = page.write(rows=[*({**row, "meta": meta} for row in rows),
+                               *({"name": "wall_clock", **wall, "meta": meta} for wall in walls)],
+                         figure=figure(rows), markdown=markdown(rows, walls, meta, notes, page))
+    print("wrote " + ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

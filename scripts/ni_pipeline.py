@@ -31,6 +31,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf, open_dict
 
+from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.io.checkpoint import TrainedModel
@@ -123,17 +124,6 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
             "measured_share": pass_ / forward, "parameter_share": num_parameters(scorer.indicator) / num_parameters(network)}
 
 
-def table(rows: list[dict]) -> str:
-    """family, its knob, accuracy, NFE and total cost (NFE + indicator passes) per row."""
-    lines = [f"{'family':<22} {'knob':<14} {'accuracy':>8} {'NFE':>7} {'cost':>7}"]
-    for row in rows:
-        params = row["params"]
-        knob = next((f"{k}={params[k]}" for k in ("epsilon", "tau", "k") if k in params), "")
-        lines.append(f"{row['family']:<22} {knob:<14} {row['accuracy']:>8.4f} {row['nfe_mean']:>7.2f} "
-                     f"{row['cost_mean']:>7.2f}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
@@ -146,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         indicator, checkpoint = train(args)
     rows = evaluate(args, indicator, checkpoint)
     cost = measure_cost(args, indicator, checkpoint)
-    print(table(rows))
+    print(runs_table(rows, cost=True))
     print(f"indicator cost per pass: {cost['measured_share']:.3f} of a base forward measured "
           f"({cost['indicator_s'] * 1e3:.2f} vs {cost['forward_s'] * 1e3:.2f} ms at batch {cost['batch']}), "
           f"{cost['parameter_share']:.3f} charged (parameter share)")

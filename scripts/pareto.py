@@ -11,13 +11,14 @@ overall front, the oracle floor), <out>.md (summary table, speedups over the bas
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import shlex
 import sys
 from pathlib import Path
 
 from mdmkit.analysis import pareto
+from mdmkit.analysis.pages import Page, command_line
+from mdmkit.analysis.pareto_plot import plot_fronts
+from mdmkit.analysis.pareto_tables import speedup_table, summary_table
 
 KEEP_LEVELS = (0.90, 0.95, 0.99, 1.0)  # speedups at these fractions of the reference accuracy, plus --keep
 
@@ -102,41 +103,37 @@ def run(args: argparse.Namespace, command: str) -> str:
     checkpoint = ", ".join(found)
     x_name = "cost (NFE + extra passes)" if args.cost else "NFE"
     title = args.title or f"{args.task}: {args.metric} vs {x_name} ({Path(found[0]).name or checkpoint})"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    page = Page(Path(args.out))
     xlabel = ("cost (mean forward passes, extra passes at their share)" if args.cost
               else "NFE (mean forward passes per example)")
-    png = pareto.plot_fronts(selected, out.with_name(out.name + ".png"), title, log_nfe=args.log_nfe,
-                             baseline_family=args.baseline, xlabel=xlabel, ylabel=args.metric)
-    table = pareto.summary_table(selected, reference_accuracy=reference, keep=args.keep)
+    png = plot_fronts(selected, page.file(".png"), title, log_nfe=args.log_nfe, baseline_family=args.baseline,
+                      xlabel=xlabel, ylabel=args.metric)
+    table = summary_table(selected, reference_accuracy=reference, keep=args.keep)
 
     reference_source = ("given" if args.reference_accuracy is not None
                         else f"best accuracy of {args.baseline}" if args.baseline else "best accuracy of all runs")
-    page = [f"# {title}", "", f"![{args.metric} vs {x_name}]({png.name})", "",
-            (f"Task `{args.task}`, checkpoint `{checkpoint}`; {len(selected)} rows "
-             f"({sum(r.get('kind') == pareto.ORACLE for r in selected)} oracle floor). "
-             f"Reference {args.metric} {reference:.4f} ({reference_source})."
-             + ("" if args.metric == "accuracy" else f" The tables' accuracy columns hold {args.metric}.")),
-            "", "## Summary", "", table, ""]
+    lines = [f"# {title}", "", f"![{args.metric} vs {x_name}]({png.name})", "",
+             (f"Task `{args.task}`, checkpoint `{checkpoint}`; {len(selected)} rows "
+              f"({sum(r.get('kind') == pareto.ORACLE for r in selected)} oracle floor). "
+              f"Reference {args.metric} {reference:.4f} ({reference_source})."
+              + ("" if args.metric == "accuracy" else f" The tables' accuracy columns hold {args.metric}.")),
+             "", "## Summary", "", table, ""]
     if args.baseline:
-        page += [f"## Speedup over {args.baseline}", "",
-                 (f"NFE of {args.baseline} / NFE of the family at the same accuracy, both interpolated linearly "
-                  "along their fronts; — where a front never reaches that accuracy."), "",
-                 pareto.speedup_table(selected, args.baseline, speedup_levels(reference, args.keep)), ""]
+        lines += [f"## Speedup over {args.baseline}", "",
+                  (f"NFE of {args.baseline} / NFE of the family at the same accuracy, both interpolated linearly "
+                   "along their fronts; — where a front never reaches that accuracy."), "",
+                  speedup_table(selected, args.baseline, speedup_levels(reference, args.keep)), ""]
     if args.notes:
-        page += [args.notes.read_text().strip(), ""]
-    page += ["## Command", "", "```", command, "```", ""]
-    out.with_name(out.name + ".md").write_text("\n".join(page))
-    with out.with_name(out.name + ".jsonl").open("w") as handle:
-        for row in pareto.sort_rows(selected):
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
+        lines += [args.notes.read_text().strip(), ""]
+    lines += ["## Command", "", "```", command, "```"]
+    page.write(markdown=lines, rows=pareto.sort_rows(selected))
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    command = shlex.join(["python", "scripts/pareto.py", *argv])
+    command = command_line(__file__, argv)
     try:
         table = run(args, command)
     except (OSError, ValueError) as error:

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 from mdmkit.analysis import pareto
+from mdmkit.analysis.pages import Page
+from mdmkit.analysis.pareto_plot import log_nfe_axis
 
 BASELINE_LABEL = "mdm"  # the --tag label of the same-architecture MDM; its families are drawn dashed
 
@@ -36,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
 
-    fig, axes = plt.subplots(1, len(args.panels), figsize=(5.2 * len(args.panels), 5.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(args.panels), figsize=(5.2 * len(args.panels), 5.4), squeeze=False, dpi=140)
     written = []
     for ax, spec in zip(axes[0], args.panels):
         path, _, metric = spec.rpartition(":")
@@ -54,22 +55,16 @@ def main(argv: list[str] | None = None) -> int:
             ours = "speculative" in name
             ax.plot([p.nfe for p in front], [p.accuracy for p in front], "-" if ours else "--", marker="o",
                     markersize=3.5, color=plt.cm.tab10(index % 10), label=name, linewidth=2.0 if ours else 1.2)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: f"{x:g}" if f"{x:.0e}"[0] in "25" else ""))
+        log_nfe_axis(ax)
         ax.set_title(f"{rows[0]['task']}", fontsize=11)
         ax.set_xlabel("cost (forward passes; extra causal passes at their share)", fontsize=9)
         ax.set_ylabel(metric)
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
         written += [{**r, "panel": Path(path).stem} for r in raw]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out.with_name(out.name + ".png"), dpi=140)
-    with out.with_name(out.name + ".jsonl").open("w") as handle:
-        handle.writelines(json.dumps(row, sort_keys=True) + "\n" for row in written)
-    print(f"wrote {out}.png, {out}.jsonl")
+    Page(Path(args.out)).write(figure=fig, rows=written)
+    print(f"wrote {args.out}.png, {args.out}.jsonl")
     return 0
 
 

@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from mdmkit.analysis.pages import Page, markdown_table  # noqa: E402
 from mdmkit.io.results import read_records  # noqa: E402
 
 
@@ -35,8 +36,9 @@ def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
-def plot(series: dict[str, list[tuple[int, float]]], title: str, path: Path) -> None:
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+def figure(series: dict[str, list[tuple[int, float]]], title: str) -> plt.Figure:
+    """Loss (train and validation) and validation accuracy against the training step."""
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
     for key, label in (("train/loss", "train loss"), ("val/loss", "val loss (EMA)")):
         if key in series:
             steps, values = zip(*series[key])
@@ -50,8 +52,7 @@ def plot(series: dict[str, list[tuple[int, float]]], title: str, path: Path) -> 
     ax_acc.legend(loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:
@@ -74,8 +75,7 @@ def main() -> None:
                    if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
     tested = evaluations[-1] if evaluations else record
     series = read_metrics(args.run_dir)
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot(series, args.name, args.out / f"{args.name}.png")
+    page = Page(args.out / args.name)
 
     config = record["config"]
     summary = {
@@ -96,28 +96,30 @@ def main() -> None:
         "task": config["task"],
         "val_accuracy": series.get("val/accuracy", []),
     }
-    (args.out / f"{args.name}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    sampler = tested["sampler"]
-    page = f"""# {args.name}
-
-Trained by `{args.command}` on {record['machine']} ({record['time']}); tested on {tested['machine']}.
-
-| | |
-|---|---|
-| test accuracy (full-step: Top-{sampler['k']}, {sampler['ordering']} ordering, EMA weights) | **{tested['accuracy']:.1%}** on {tested['n']} held-out examples |
-| NFE per sample | mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']} |
-| training | {record['global_step']} steps, batch {config['data']['batch_size']}, {record['train_time_s'] / 60:.1f} min on {record['machine']} |
-| model | {config['model']['n_layers']} layers, d_model {config['model']['d_model']}, {config['model']['positions']} positions |
-| task | `{json.dumps({k: v for k, v in config['task'].items() if k not in ('_target_', 'cache_dir')})}` |
-
-![training curve]({args.name}.png)
-
-Numbers: [`{args.name}.json`]({args.name}.json). Evaluate the committed checkpoint again with
-`python evaluate.py ckpt=checkpoints/{args.name}.pt`.
-{args.notes}
-"""
-    (args.out / f"{args.name}.md").write_text(page)
-    print(f"wrote {args.out / args.name}.{{md,json,png}}")
+    sampler, model = tested["sampler"], config["model"]
+    task = {k: v for k, v in config["task"].items() if k not in ("_target_", "cache_dir")}
+    facts = [
+        [f"test accuracy (full-step: Top-{sampler['k']}, {sampler['ordering']} ordering, EMA weights)",
+         f"**{tested['accuracy']:.1%}** on {tested['n']} held-out examples"],
+        ["NFE per sample",
+         f"mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']}"],
+        ["training", (f"{record['global_step']} steps, batch {config['data']['batch_size']}, "
+                      f"{record['train_time_s'] / 60:.1f} min on {record['machine']}")],
+        ["model", f"{model['n_layers']} layers, d_model {model['d_model']}, {model['positions']} positions"],
+        ["task", f"`{json.dumps(task)}`"],
+    ]
+    numbers = page.name(".json")
+    markdown = [
+        f"# {args.name}", "",
+        f"Trained by `{args.command}` on {record['machine']} ({record['time']}); tested on {tested['machine']}.",
+        "", markdown_table(["", ""], facts), "",
+        f"![training curve]({page.name('.png')})", "",
+        f"Numbers: [`{numbers}`]({numbers}). Evaluate the committed checkpoint again with",
+        f"`python evaluate.py ckpt=checkpoints/{args.name}.pt`.",
+        args.notes,
+    ]
+    written = page.write(figure=figure(series, args.name), data=summary, markdown=markdown)
+    print("wrote " + ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmkit.analysis import pareto
+from mdmkit.analysis import pareto, pareto_tables
 from mdmkit.analysis.pareto import Point
+from mdmkit.analysis.pareto_plot import plot_fronts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,21 +180,44 @@ def test_select_rows_by_task_and_checkpoint():
 
 
 def test_plot_is_a_real_png(tmp_path):
-    path = pareto.plot_fronts(sample_rows(), tmp_path / "plot" / "front.png", "sudoku: accuracy vs NFE",
-                              baseline_family="topk-confidence")
+    path = plot_fronts(sample_rows(), tmp_path / "plot" / "front.png", "sudoku: accuracy vs NFE",
+                       baseline_family="topk-confidence")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
 
 
 def test_summary_table():
-    table = pareto.summary_table(sample_rows())
+    table = pareto_tables.summary_table(sample_rows())
     lines = table.splitlines()
     assert lines[0].startswith("| family | runs | front points | best accuracy | NFE range |")
     assert len(lines) == 2 + 3
     eb = next(line for line in lines if line.startswith("| eb-entropy "))
     assert "| 4 | 3 | 0.9000 | 8.0–30.0 | 15.0 (acc 0.8900; gamma=0.1) |" in eb
     assert "oracle floor" in lines[-1]
+
+
+def test_runs_table_lists_every_run_by_family_and_nfe():
+    rows = [{**r, "cost_mean": r["nfe_mean"] + 1} for r in sample_rows()]
+    lines = pareto_tables.runs_table(rows, cost=True).splitlines()
+    assert lines[0].split() == ["family", "settings", "accuracy", "NFE", "cost"]
+    assert len(lines) == 1 + len(rows)
+    assert lines[1].split() == ["eb-entropy", "gamma=1.0", "0.6000", "8.00", "9.00"]
+    assert lines[-1].split() == ["topk-confidence", "k=1", "0.9000", "81.00", "82.00"]
+    assert "cost" not in pareto_tables.runs_table(rows).splitlines()[0]
+
+
+def test_speedup_table_interpolates_along_both_fronts():
+    lines = pareto_tables.speedup_table(sample_rows(), "topk-confidence", [0.86]).splitlines()
+    assert lines[:3] == ["| family | acc 0.8600 |", "|---|---:|", "| topk-confidence NFE (baseline) | 41.0 |"]
+    assert lines[3].startswith("| eb-entropy | ") and "vs 41.0)" in lines[3]
+
+
+def test_reading_fronts_imports_neither_torch_nor_matplotlib():
+    code = ("import sys, mdmkit.analysis.pareto_tables; "
+            "print(sorted({'torch', 'matplotlib'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:

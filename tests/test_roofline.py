@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from mdmkit.analysis.roofline import (
     roofline_table,
     sbd_speedup,
 )
+from mdmkit.analysis.roofline_tables import MODEL_PRESETS, compare_with_paper, paper_grid_table
 from mdmkit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,11 +31,9 @@ PRINTED_TOLERANCE = 0.0005
 CORRECTED_8B = PAPER_8B.with_convention("corrected")
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("roofline_script", ROOT / "scripts" / "roofline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/roofline.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
 
 
 @pytest.mark.parametrize(("batch", "kv_length", "block", "printed"), [
@@ -69,8 +69,7 @@ def test_table4_cells_match_the_paper(batch, nfe, kv_length, block, printed):
 def test_every_transcribed_cell_within_rounding():
     # 508 of 512 cells round to the printed value; four Table 4 cells (batch 8, NFE 8, k=64) sit within 1e-5
     # of a rounding boundary, hence the 1e-5 slack on top of half a printed unit.
-    script = load_script()
-    comparison = script.compare_with_paper(script.paper_grid_table())
+    comparison = compare_with_paper(paper_grid_table())
     assert len(comparison["cells"]) == 4 * 8 * 7 + 9 * 8 * 4
     assert max(cell["abs_deviation"] for cell in comparison["cells"]) <= PRINTED_TOLERANCE + 1e-5
     assert sum(cell["rounds_to_paper"] for cell in comparison["cells"]) >= 508
@@ -109,7 +108,7 @@ def test_corrected_shapes_expose_the_kv_cache():
 
 
 def test_llama_preset_has_8b_parameters():
-    llama = load_script().MODEL_PRESETS["llama3.1-8b"]
+    llama = MODEL_PRESETS["llama3.1-8b"]
     assert llama.parameter_count == pytest.approx(8.03e9, rel=0.01)
 
 
@@ -137,29 +136,32 @@ def test_bad_inputs_raise_config_error(call, message):
         call()
 
 
-def test_cli_default_reproduces_the_paper(tmp_path, capsys):
+def test_cli_default_reproduces_the_paper(tmp_path):
     out = tmp_path / "sbd_roofline"
-    assert load_script().main(["--out", str(out), "--no-plot"]) == 0
+    done = run_script("--out", str(out), "--no-plot")
+    assert done.returncode == 0, done.stderr
     page = (tmp_path / "sbd_roofline.md").read_text()
     assert "## Agreement with the paper" in page and "1.0154 (1.015)" in page
     result = json.loads((tmp_path / "sbd_roofline.json").read_text())
     assert result["paper_comparison"]["summary"]["table3"]["cells_rounding_to_paper"] == 224
     assert set(result["tables"]) == {"paper", "corrected"}
     assert not (tmp_path / "sbd_roofline.png").exists()
-    assert "table3: max |ours - paper|" in capsys.readouterr().out
+    assert "table3: max |ours - paper|" in done.stdout
+    assert f"- Reproduce: `python scripts/roofline.py --out {out} --no-plot`" in page
 
 
-def test_cli_custom_model_and_errors(tmp_path, capsys):
-    script = load_script()
+def test_cli_custom_model_and_errors(tmp_path):
     out = tmp_path / "custom"
     argv = ["--model", "llama3.1-8b", "--gpu", "h200", "--weight-bytes", "2", "--batch-sizes", "1,8",
             "--kv-lengths", "1024,65536", "--out", str(out)]
-    assert script.main(argv) == 0
+    done = run_script(*argv)
+    assert done.returncode == 0, done.stderr
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["paper_comparison"] is None
     assert result["tables"]["corrected"]["model"]["activation_bytes"] == 2
     assert len(result["tables"]["corrected"]["records"]) == 2 * 2 * len(PAPER_BLOCK_SIZES)
     assert out.with_suffix(".png").stat().st_size > 0
-    assert script.main(["--memory-bandwidth", "0", "--out", str(out)]) == 2
-    assert script.main(["--block-sizes", "0,4", "--out", str(out)]) == 2
-    assert "error: block_size must be an integer >= 1" in capsys.readouterr().err
+    assert run_script("--memory-bandwidth", "0", "--out", str(out)).returncode == 2
+    bad_block = run_script("--block-sizes", "0,4", "--out", str(out))
+    assert bad_block.returncode == 2
+    assert "error: block_size must be an integer >= 1" in bad_block.stderr

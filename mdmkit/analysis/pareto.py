@@ -1,4 +1,4 @@
-"""Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, plot, tabulate.
+"""Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, label.
 
 Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.io.results`). A point is one
 evaluation: (`nfe_mean`, `accuracy`) and the row as payload. Rows of kind "oracle" are the oracle NFE floor of a
@@ -12,30 +12,24 @@ Conventions:
 - `nfe_at_accuracy` returns the front's first NFE for a target at or below its first accuracy, interpolates
   between front points, and returns None above its best accuracy.
 
-This module reads JSONL itself (not `results.read_records`) so that it imports without torch.
+Figures are drawn by `mdmkit.analysis.pareto_plot`, tables written by `mdmkit.analysis.pareto_tables`; this
+module imports neither matplotlib nor torch, so reading results stays cheap.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mdmkit.io.results import read_records
+from mdmkit.io.results import canonical, read_records
 
 ORACLE = "oracle"
 DEFAULT_KINDS: tuple[str, ...] = ("evaluate", ORACLE)
 # Sampler-config keys left out of short labels: shared by every sampler or implied by the family name.
 _LABEL_SKIP = {"_target_", "ordering", "temperature", "top_p", "stop_early"}
-# Fixed colours for the usual families so that a family keeps its colour from plot to plot.
-_KNOWN_FAMILIES = (
-    "topk-confidence", "eb-entropy", "eb-confidence", "threshold-confidence", "factor-confidence",
-    "p2-confidence", "steps-confidence", "dreamsteps-entropy", "dreamsteps-confidence", "revealall-confidence",
-)
 
 
 class Point(NamedTuple):
@@ -87,17 +81,13 @@ def _seed(row: Mapping[str, Any]) -> Any:
     return config.get("seed") if isinstance(config, Mapping) else None
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def dedup_key(row: Mapping[str, Any]) -> tuple:
     """Identity of an evaluation: the row's `key` if it has one, else (kind, checkpoint, task, family, sampler
     config, seed, n). `n` is part of it so that a quick `limit=` run never replaces a full-split run."""
     if row.get("key") is not None:
-        return ("key", _canonical(row["key"]))
+        return ("key", canonical(row["key"]))
     return (row.get("kind"), _checkpoint_id(row), row.get("task"), derive_family(row),
-            _canonical(row.get("sampler")), _canonical(_seed(row)), row.get("n"))
+            canonical(row.get("sampler")), canonical(_seed(row)), row.get("n"))
 
 
 def _jsonl_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -163,7 +153,7 @@ def sort_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rows in a stable order for writing: kind, family, NFE, accuracy, sampler config, time."""
     def key(row: Mapping[str, Any]) -> tuple:
         return (str(row.get("kind")), str(row.get("family")), _number(row.get("nfe_mean")),
-                _number(row.get("accuracy")), _canonical(row.get("sampler")), str(row.get("time", "")))
+                _number(row.get("accuracy")), canonical(row.get("sampler")), str(row.get("time", "")))
     return [dict(row) for row in sorted(rows, key=key)]
 
 
@@ -310,146 +300,3 @@ def sampler_label(sampler: Mapping[str, Any] | None) -> str:
         return f"floor of {derive_family({'sampler': inner})} {sampler_label(inner)}".strip()
     parts = [f"{k}={v}" for k, v in sampler.items() if k not in _LABEL_SKIP and v is not None and k != "name"]
     return ", ".join(parts)
-
-
-def family_colors(names: Iterable[str]) -> dict[str, Any]:
-    """A colour per family: fixed ones for the usual families, the rest from tab20 by a stable hash; oracle
-    black."""
-    import matplotlib
-
-    tab10 = matplotlib.colormaps["tab10"].colors
-    tab20 = matplotlib.colormaps["tab20"].colors
-    colors: dict[str, Any] = {}
-    for name in names:
-        if name == ORACLE:
-            colors[name] = "black"
-        elif name in _KNOWN_FAMILIES:
-            colors[name] = tab10[_KNOWN_FAMILIES.index(name) % len(tab10)]
-        else:
-            colors[name] = tab20[zlib.crc32(name.encode()) % len(tab20)]
-    return colors
-
-
-# ------------------------------------------------------------------------------------------------ output
-
-
-def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str, log_nfe: bool = True,
-                baseline_family: str | None = None, xlabel: str = "NFE (mean forward passes per example)",
-                ylabel: str = "accuracy") -> Path:
-    """Accuracy vs NFE: every run as a faint point, each family's front as a line with markers (95% CI bars
-    where rows have `accuracy_ci95`), the overall front highlighted underneath, the oracle floor dashed black.
-    Saves a PNG (dpi 150) and returns its path. Log NFE axis falls back to linear if an NFE is <= 0."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(rows)
-    fronts = fronts_by_family(rows)
-    colors = family_colors(fronts)
-    fig, ax = plt.subplots(figsize=(8.5, 5.5))
-    overall = overall_front(rows)
-    if len(overall) > 1:
-        ax.plot([p.nfe for p in overall], [p.accuracy for p in overall], color="gold", linewidth=9, alpha=0.45,
-                solid_capstyle="round", zorder=1, label="overall front")
-    elif overall:
-        ax.scatter([overall[0].nfe], [overall[0].accuracy], s=400, color="gold", alpha=0.45, zorder=1,
-                   label="overall front")
-    for name, front in fronts.items():
-        color = colors[name]
-        everything = points(r for r in rows if derive_family(r) == name)
-        is_oracle = name == ORACLE
-        ax.scatter([p.nfe for p in everything], [p.accuracy for p in everything], color=color, alpha=0.2,
-                   s=18, marker="x" if is_oracle else "o", zorder=2, linewidths=1)
-        if not front:
-            continue
-        xs, ys = [p.nfe for p in front], [p.accuracy for p in front]
-        if is_oracle:
-            ax.plot(xs, ys, linestyle="--", color="black", marker="x", markersize=6, linewidth=1.4, zorder=4,
-                    label="oracle floor")
-            continue
-        label = f"{name} (baseline)" if name == baseline_family else name
-        ax.plot(xs, ys, color=color, marker="o", markersize=5,
-                linewidth=2.6 if name == baseline_family else 1.6, zorder=3, label=label)
-        for p in front:
-            ci = p.payload.get("accuracy_ci95") if isinstance(p.payload, Mapping) else None
-            if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
-                ax.plot([p.nfe, p.nfe], [ci[0], ci[1]], color=color, alpha=0.35, linewidth=1, zorder=2)
-    nfes = [p.nfe for p in points(rows)]
-    if log_nfe and nfes and min(nfes) > 0:
-        from matplotlib.ticker import FuncFormatter
-
-        ax.set_xscale("log")  # plain numbers: 10, 20, 50 rather than 2x10^1; minor labels at 2 and 5 only
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(
-            lambda x, _: f"{x:g}" if f"{x:.0e}"[0] in "25" else ""))
-    ax.set_xlabel(xlabel + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.25)
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(3, len(handles)),
-                  frameon=False, fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _fmt(value: float | None, spec: str = ".4f") -> str:
-    return "—" if value is None else format(value, spec)
-
-
-def _fmt_nfe(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
-
-
-def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float | None = None,
-                  keep: float = 0.98) -> str:
-    """Markdown table, one line per family: runs, front points, best accuracy, NFE range, and the lowest NFE
-    run keeping >= `keep` of `reference_accuracy` (default: best accuracy of all real sampler runs)."""
-    rows = list(rows)
-    if reference_accuracy is None:
-        reference_accuracy = reference_accuracy_of(rows)
-    keep_label = f"lowest NFE with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}"
-    lines = [f"| family | runs | front points | best accuracy | NFE range | {keep_label} |",
-             "|---|---:|---:|---:|---:|---|"]
-    for name, front in fronts_by_family(rows).items():
-        everything = points(r for r in rows if derive_family(r) == name)
-        if not everything:
-            continue
-        nfes = [p.nfe for p in everything]
-        best = max(p.accuracy for p in everything)
-        kept = lowest_nfe_keeping(front, reference_accuracy, keep) if reference_accuracy is not None else None
-        kept_text = "—" if kept is None else (
-            f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_label(kept.payload.get('sampler'))})"
-            if isinstance(kept.payload, Mapping) else f"{kept.nfe:.1f} (acc {kept.accuracy:.4f})")
-        shown = "oracle floor (reference)" if name == ORACLE else name
-        lines.append(f"| {shown} | {len(everything)} | {len(front)} | {best:.4f} | "
-                     f"{min(nfes):.1f}–{max(nfes):.1f} | {kept_text} |")
-    return "\n".join(lines)
-
-
-def speedup_table(rows: Iterable[Mapping[str, Any]], baseline_family: str, accuracies: Sequence[float]) -> str:
-    """Markdown table of each family's speedup over `baseline_family` at each target accuracy, as
-    "4.00× (10.0 vs 40.0)" (interpolated NFE of the family vs of the baseline); "—" where either misses it."""
-    fronts = fronts_by_family(rows)
-    baseline = fronts.get(baseline_family, [])
-    header = "| family | " + " | ".join(f"acc {a:.4f}" for a in accuracies) + " |"
-    lines = [header, "|---|" + "---:|" * len(accuracies)]
-    lines.append(f"| {baseline_family} NFE (baseline) | "
-                 + " | ".join(_fmt_nfe(nfe_at_accuracy(baseline, a)) for a in accuracies) + " |")
-    for name, front in fronts.items():
-        if name == baseline_family:
-            continue
-        cells = []
-        for a in accuracies:
-            ratio = speedup(front, baseline, a)
-            cells.append("—" if ratio is None else
-                         f"{ratio:.2f}× ({_fmt_nfe(nfe_at_accuracy(front, a))} vs "
-                         f"{_fmt_nfe(nfe_at_accuracy(baseline, a))})")
-        shown = "oracle floor (reference)" if name == ORACLE else name
-        lines.append(f"| {shown} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

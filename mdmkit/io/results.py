@@ -31,6 +31,7 @@ def machine() -> str:
 
 
 def canonical(value: Any) -> str:
+    """Compact JSON with sorted keys: equal values give equal strings, for keys, hashes and de-duplication."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 

@@ -1,0 +1,89 @@
+"""Tables of sampler results: the runs of a sweep, each family's front in one line, speedups over a baseline.
+
+Text only (markdown, or fixed width for a terminal), so that a sweep can print them without a plotting stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mdmkit.analysis.pages import markdown_table
+from mdmkit.analysis.pareto import (
+    ORACLE,
+    derive_family,
+    fronts_by_family,
+    lowest_nfe_keeping,
+    nfe_at_accuracy,
+    points,
+    reference_accuracy_of,
+    sampler_label,
+    speedup,
+)
+
+_SETTINGS_WIDTH = 40
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _shown(family: str) -> str:
+    return "oracle floor (reference)" if family == ORACLE else family
+
+
+def runs_table(rows: Iterable[Mapping[str, Any]], cost: bool = False) -> str:
+    """Fixed-width table of runs for a terminal, by family and NFE: the settings that tell a family's runs
+    apart, accuracy, NFE and, with `cost`, the full cost (NFE + extra passes such as an indicator's)."""
+    lines = [f"{'family':<24} {'settings':<{_SETTINGS_WIDTH}} {'accuracy':>8} {'NFE':>8}"
+             + (f" {'cost':>8}" if cost else "")]
+    for row in sorted(rows, key=lambda r: (derive_family(r), r["nfe_mean"])):
+        settings = sampler_label(row.get("sampler"))[:_SETTINGS_WIDTH]
+        lines.append(f"{derive_family(row):<24} {settings:<{_SETTINGS_WIDTH}} {row['accuracy']:>8.4f} "
+                     f"{row['nfe_mean']:>8.2f}" + (f" {row['cost_mean']:>8.2f}" if cost else ""))
+    return "\n".join(lines)
+
+
+def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float | None = None,
+                  keep: float = 0.98) -> str:
+    """Markdown table, one line per family: runs, front points, best accuracy, NFE range, and the lowest NFE
+    run keeping >= `keep` of `reference_accuracy` (default: best accuracy of all real sampler runs)."""
+    rows = list(rows)
+    if reference_accuracy is None:
+        reference_accuracy = reference_accuracy_of(rows)
+    header = ["family", "runs", "front points", "best accuracy", "NFE range",
+              f"lowest NFE with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}"]
+    lines = []
+    for name, front in fronts_by_family(rows).items():
+        everything = points(r for r in rows if derive_family(r) == name)
+        if not everything:
+            continue
+        nfes = [p.nfe for p in everything]
+        kept = lowest_nfe_keeping(front, reference_accuracy, keep) if reference_accuracy is not None else None
+        kept_text = "—" if kept is None else (
+            f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_label(kept.payload.get('sampler'))})"
+            if isinstance(kept.payload, Mapping) else f"{kept.nfe:.1f} (acc {kept.accuracy:.4f})")
+        lines.append([_shown(name), len(everything), len(front), f"{max(p.accuracy for p in everything):.4f}",
+                      f"{min(nfes):.1f}–{max(nfes):.1f}", kept_text])
+    return markdown_table(header, lines, align="lrrrrl")
+
+
+def speedup_table(rows: Iterable[Mapping[str, Any]], baseline_family: str,
+                  accuracies: Sequence[float]) -> str:
+    """Markdown table of each family's speedup over `baseline_family` at each target accuracy, as
+    "4.00× (10.0 vs 40.0)" (interpolated NFE of the family vs of the baseline); "—" where either misses it."""
+    fronts = fronts_by_family(rows)
+    baseline = fronts.get(baseline_family, [])
+    baseline_nfe = [_fmt(nfe_at_accuracy(baseline, a), ".1f") for a in accuracies]
+    lines = [[f"{baseline_family} NFE (baseline)", *baseline_nfe]]
+    for name, front in fronts.items():
+        if name == baseline_family:
+            continue
+        cells = []
+        for a, theirs in zip(accuracies, baseline_nfe):
+            ratio = speedup(front, baseline, a)
+            cells.append("—" if ratio is None else
+                         f"{ratio:.2f}× ({_fmt(nfe_at_accuracy(front, a), '.1f')} vs {theirs})")
+        lines.append([_shown(name), *cells])
+    header = ["family", *(f"acc {a:.4f}" for a in accuracies)]
+    return markdown_table(header, lines, align="l" + "r" * len(accuracies))
