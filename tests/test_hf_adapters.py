@@ -6,18 +6,22 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tiny_text_models
 import torch
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from mdmkit.core.errors import CheckpointError
+from mdmkit.core.stopping import AnyStop, StopCondition
+from mdmkit.evaluation.generation import AnswerBudget
 from mdmkit.models.hf import HFMaskedDiffusion, load_causal_lm, load_masked_diffusion
 from mdmkit.samplers import (
     DreamStepsSampler,
     EBSampler,
     FactorSampler,
     ForwardCounter,
+    NTPDecoder,
     P2Sampler,
     RevealAllSampler,
     StepsSampler,
@@ -53,14 +57,7 @@ def tiny_tokenizer(with_mask: bool = True):
 
 
 def save_bert(directory: Path, with_mask: bool = True) -> Path:
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64,
-    )
-    transformers.BertForMaskedLM(config).save_pretrained(directory)
-    tiny_tokenizer(with_mask).save_pretrained(directory)
-    return directory
+    return tiny_text_models.save_bert(directory, tiny_tokenizer(with_mask))
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +67,7 @@ def bert(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory):
-    directory = tmp_path_factory.mktemp("llama")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(VOCAB), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-    )
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
+    directory = tiny_text_models.save_llama(tmp_path_factory.mktemp("llama"), tiny_tokenizer())
     return load_causal_lm(str(directory))
 
 
@@ -221,25 +211,40 @@ def left_padded(tokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor
 TEXTS = ["1 plus 2 equals", "the answer is", "9 minus 3 minus 2 equals"]
 
 
+def ntp_generate(model, tokenizer, texts: list[str], steps: int, stop_ids: list[int] | None = None):
+    """Greedy NTP through the counter, as the text path runs it: left-aligned prompts of different lengths, then
+    masks (an id past the vocabulary), at most `steps` tokens a row. Returns the answers [B, T] (T: the longest;
+    after a row's stop token, `pad_id`) and each row's NFE."""
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    mask = model.vocab_size
+    canvas = torch.full((len(ids), max(map(len, ids)) + steps), mask)
+    for i, row in enumerate(ids):
+        canvas[i, : len(row)] = torch.tensor(row)
+    stop = AnyStop(((StopCondition.of(stop_ids),) if stop_ids else ()) + (AnswerBudget(steps),))
+    counter = ForwardCounter(model, len(ids))
+    out = NTPDecoder().sample(counter, canvas, mask, stop=stop)
+    answers = torch.stack([out.tokens[i, len(row): len(row) + steps] for i, row in enumerate(ids)])
+    answers = torch.where(answers == mask, model.pad_id, answers)
+    return answers[:, : int(counter.nfe.max())], counter.nfe
+
+
 def test_kv_cache_greedy_equals_recomputed_greedy(llama) -> None:
     model, tokenizer = llama
     assert model.pad_id == tokenizer.pad_token_id and model.num_parameters() > 0
     batch, keep = left_padded(tokenizer, TEXTS)
-    tokens, nfe = model.greedy_generate(batch, 8, attention_mask=keep)
+    tokens, nfe = ntp_generate(model, tokenizer, TEXTS, 8)
     assert tokens.shape == (3, 8) and (nfe == 8).all()
     assert torch.equal(tokens, greedy_without_cache(model, batch, keep, 8))
     for row, text in enumerate(TEXTS):
-        single, _ = left_padded(tokenizer, [text])
-        alone, alone_nfe = model.greedy_generate(single, 8)
+        alone, alone_nfe = ntp_generate(model, tokenizer, [text], 8)
         assert torch.equal(alone[0], tokens[row]) and alone_nfe.item() == 8
 
 
 def test_stop_token_ends_a_row_and_its_nfe(llama) -> None:
     model, tokenizer = llama
-    batch, keep = left_padded(tokenizer, TEXTS)
-    free, _ = model.greedy_generate(batch, 8, attention_mask=keep)
+    free, _ = ntp_generate(model, tokenizer, TEXTS, 8)
     stop = int(free[0, 2])
-    tokens, nfe = model.greedy_generate(batch, 8, stop_ids=[stop], attention_mask=keep)
+    tokens, nfe = ntp_generate(model, tokenizer, TEXTS, 8, stop_ids=[stop])
     for row in range(3):
         hits = (free[row] == stop).nonzero().flatten()
         end = int(hits[0]) + 1 if hits.numel() else 8

@@ -19,9 +19,9 @@ pytest.importorskip("transformers")
 
 import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
-from tiny_text_models import save_masked_lm  # noqa: E402
+from tiny_text_models import save_causal_lm, save_masked_lm  # noqa: E402
 
-from mdmkit.core.errors import ConfigError  # noqa: E402
+from mdmkit.core.errors import CapabilityError, ConfigError  # noqa: E402
 from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
 
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").exists(),
@@ -60,6 +60,11 @@ filter_list:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     return save_masked_lm(tmp_path_factory.mktemp("masked"))
+
+
+@pytest.fixture(scope="module")
+def causal_dir(tmp_path_factory) -> Path:
+    return save_causal_lm(tmp_path_factory.mktemp("causal"))
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +126,25 @@ def test_bad_model_args_fail_with_one_clear_error(model_dir):
     lm = MdmkitLM(ckpt=str(model_dir), device="cpu")
     with pytest.raises(NotImplementedError, match="loglikelihood_rolling"):
         lm.loglikelihood_rolling([_request("text")])
+
+
+def test_kind_causal_decodes_with_ntp_through_the_counter(causal_dir):
+    lm = MdmkitLM(ckpt=str(causal_dir), kind="causal", device="cpu", batch_size=2)  # sampler: ntp by default
+    assert lm.sampler_config["_target_"].endswith("NTPDecoder")
+    out = lm.generate_until([_request("def f(x):", {"until": ["\n\n\n"], "max_gen_toks": 6}),
+                             _request("Question:", {"until": ["\n\n\n"], "max_gen_toks": 6})], disable_tqdm=True)
+    assert len(out) == 2
+    assert all(1 <= r["nfe_to_stop"] <= r["nfe"] <= 6 for r in lm.nfe_records)
+    sampled = MdmkitLM(ckpt=str(causal_dir), kind="causal", sampler="ntp", temperature=0.5, device="cpu")
+    assert sampled.sampler.temperature == 0.5
+
+
+def test_a_sampler_of_the_wrong_kind_is_refused_in_one_line(model_dir, causal_dir):
+    for args, hint in (({"ckpt": str(causal_dir), "kind": "causal", "sampler": "eb"}, "sampler=ntp"),
+                       ({"ckpt": str(model_dir), "sampler": "ntp"}, "masked sampler")):
+        with pytest.raises(CapabilityError, match=hint) as error:
+            MdmkitLM(device="cpu", **args)
+        assert "\n" not in str(error.value)
 
 
 @torch.no_grad()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import random_transformer
 
-from mdmkit.models import TransformerConfig
 from mdmkit.objectives import MaskedDiffusionLoss
 
 MASK = 9
@@ -13,8 +13,7 @@ MASK = 9
 
 @pytest.mark.parametrize("positions", ["learned", "rotary"])
 def test_transformer_is_bidirectional(positions: str) -> None:
-    torch.manual_seed(0)
-    net = TransformerConfig(vocab_size=10, max_len=12, n_layers=2, d_model=32, n_heads=2, positions=positions).build()
+    net = random_transformer(10, 12, positions=positions)
     tokens = torch.randint(0, 9, (2, 12))
     changed = tokens.clone()
     changed[:, -1] = (changed[:, -1] + 1) % 9
@@ -24,15 +23,14 @@ def test_transformer_is_bidirectional(positions: str) -> None:
 
 
 def test_positions_matter() -> None:
-    torch.manual_seed(0)
-    net = TransformerConfig(vocab_size=10, max_len=8, n_layers=1, d_model=16, n_heads=2).build()
+    net = random_transformer(10, 8, n_layers=1, d_model=16)
     tokens = torch.full((1, 8), 3)
     logits = net(tokens)
     assert not torch.allclose(logits[0, 0], logits[0, 1])
 
 
 def test_too_long_input_is_a_clear_error() -> None:
-    net = TransformerConfig(vocab_size=10, max_len=4, n_layers=1, d_model=16, n_heads=2).build()
+    net = random_transformer(10, 4, None, n_layers=1, d_model=16)
     with pytest.raises(ValueError, match="exceeds the model's max_len=4"):
         net(torch.zeros(1, 5, dtype=torch.long))
 

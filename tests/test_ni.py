@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY, compose_config
+from fakes import DEPS, TARGET, Dependent, random_transformer
 
 from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.io.checkpoint import save_slim
 from mdmkit.io.indicator import load_indicator, save_indicator
-from mdmkit.models import TransformerConfig
 from mdmkit.models.indicator import (
     Features,
     IndicatorConfig,
@@ -51,8 +51,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def network(seed: int = 1) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return TransformerConfig(vocab_size=V, max_len=L, n_layers=2, d_model=32, n_heads=2).build().eval()
+    return random_transformer(V, L, seed)
 
 
 def prompts(rows: int = 5, given: int = 4) -> torch.Tensor:
@@ -78,16 +77,13 @@ def scorer(net: torch.nn.Module, scale: float = 1.0, seed: int = 0) -> Indicator
 
 # -- labels: the merge criterion with its order constraint ------------------------------------------------
 
-TARGET = [1, 2, 3, 4, 0, 2, 3]
-DEPS = {5: [3], 2: [5], 4: [2]}  # 1, 3, 6 are always right; 5 needs 3 revealed, 2 needs 5, 4 needs 2
+# TARGET, DEPS: 1, 3, 6 are always right; 5 needs 3 revealed, 2 needs 5, 4 needs 2
 PARTITION = [[3], [1, 5], [2], [6], [4]]
 
 
 def dependent_argmax(state: torch.Tensor) -> torch.Tensor:
     """The argmax of a network that predicts TARGET[i] once all of DEPS[i] is revealed, else a wrong token."""
-    target = torch.tensor(TARGET)
-    ready = torch.tensor([all(state[0, j] != M for j in DEPS.get(i, [])) for i in range(len(TARGET))])
-    return torch.where(ready, target, (target + 1) % M)[None]
+    return Dependent(TARGET, DEPS, vocab=V)(state).argmax(-1)
 
 
 def hand_made() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -4,41 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import DEPS, TARGET, Dependent, random_transformer
 
-from mdmkit.models import TransformerConfig
 from mdmkit.samplers import ForwardCounter, Sampled, TopKSampler
 from mdmkit.samplers.oracle import oracle_floor, oracle_groups, oracle_merge
 
 V, MASK = 6, 5
-
-
-class Dependent(torch.nn.Module):
-    """Position i predicts target[i] once every position in deps[i] is revealed, else a wrong token.
-
-    Logits are one-hot (scaled); `mask_bias` puts the highest logit on the mask token everywhere, which the
-    oracle must ignore. Records the batch size of every call.
-    """
-
-    def __init__(self, target: list[int], deps: dict[int, list[int]], mask_bias: bool = False) -> None:
-        super().__init__()
-        length = len(target)
-        self.target = torch.tensor(target)
-        self.wrong = (self.target + 1) % MASK  # never the target, never the mask token
-        self.deps = torch.zeros(length, length, dtype=torch.bool)
-        for i, needs in deps.items():
-            self.deps[i, needs] = True
-        self.mask_bias = mask_bias
-        self.calls: list[int] = []
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.calls.append(tokens.shape[0])
-        hidden = tokens == MASK  # [B, L]
-        ready = ~(self.deps[None] & hidden[:, None, :]).any(-1)  # [B, L]
-        predicted = torch.where(ready, self.target, self.wrong)
-        logits = torch.nn.functional.one_hot(predicted, V).float() * 10.0
-        if self.mask_bias:
-            logits[..., MASK] = 100.0
-        return logits
 
 
 def reference_from(prompts: list[list[int]], targets: list[list[int]], partitions: list[list[list[int]]]) -> Sampled:
@@ -52,9 +23,9 @@ def reference_from(prompts: list[list[int]], targets: list[list[int]], partition
     return Sampled(tokens, reveal, torch.tensor([len(p) for p in partitions]))
 
 
-TARGET = [1, 2, 3, 4, 0, 2, 3]
-# 3, 1, 6 are always right; 5 needs 3; 2 needs 5; 4 needs 2
-DEPS = {5: [3], 2: [5], 4: [2]}
+# Dependent(target, deps): position i predicts target[i] once all of deps[i] is revealed (V tokens, MASK the
+# last); records the batch size of every call. TARGET, DEPS: 3, 1, 6 are always right; 5 needs 3; 2 needs 5;
+# 4 needs 2.
 M = MASK
 
 
@@ -134,9 +105,8 @@ def replay(net: torch.nn.Module, prompt: torch.Tensor, reference: Sampled, row: 
 
 
 def test_on_a_real_network_the_merged_schedule_reproduces_the_reference() -> None:
-    torch.manual_seed(0)
     L, B = 10, 6
-    net = TransformerConfig(vocab_size=V, max_len=L, n_layers=2, d_model=32, n_heads=2).build().eval()
+    net = random_transformer(V, L)
     prompts = torch.randint(0, 5, (B, L))
     for row in range(B):
         prompts[row, torch.randperm(L)[: row + 4]] = MASK

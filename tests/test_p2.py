@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
+from fakes import FixedConfidence as Fixed
+from fakes import random_transformer
 from omegaconf import OmegaConf
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.evaluation.resolve import build_sampler
-from mdmkit.models import TransformerConfig
 from mdmkit.samplers import ForwardCounter, P2Sampler
 
 V, MASK, L = 6, 5, 10
@@ -23,39 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-class Fixed(torch.nn.Module):
-    """Position i predicts token i % 5 with probability conf[i] whatever the input; records its inputs.
-
-    With `unmasked_token`, a position that is not masked in the input predicts that token instead.
-    """
-
-    def __init__(self, conf: list[float], unmasked_token: int | None = None) -> None:
-        super().__init__()
-        self.logits = torch.stack([self._row(c, i % 5) for i, c in enumerate(conf)])
-        self.unmasked = None if unmasked_token is None else torch.stack([self._row(c, unmasked_token) for c in conf])
-        self.seen: list[torch.Tensor] = []
-
-    @staticmethod
-    def _row(c: float, token: int) -> torch.Tensor:
-        probs = torch.full((V,), (1 - c) / (V - 2))
-        probs[token], probs[MASK] = c, 0.0
-        return probs.clamp_min(1e-9).log()
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.seen.append(tokens.clone())
-        logits = self.logits.expand(tokens.shape[0], -1, -1)
-        if self.unmasked is None:
-            return logits
-        return torch.where((tokens == MASK)[..., None], logits, self.unmasked)
-
-
-def real_network(seed: int = 0, d_model: int = 32, n_layers: int = 2) -> torch.nn.Module:
-    """A small random transformer whose head is scaled up so its confidences differ clearly between positions."""
-    torch.manual_seed(seed)
-    net = TransformerConfig(vocab_size=V, max_len=L, n_layers=n_layers, d_model=d_model, n_heads=2).build().eval()
-    with torch.no_grad():
-        net.head.weight.mul_(40.0)
-    return net
+# Fixed(conf): position i predicts token i % 5 with probability conf[i] whatever the input; records its inputs.
+# real_network(seed, d_model=, n_layers=): a small random transformer whose head is scaled up so its confidences
+# differ clearly between positions.
+real_network = partial(random_transformer, V, L, head_scale=40.0)
 
 
 def prompts(rows: int, seed: int = 1) -> torch.Tensor:
@@ -258,7 +231,7 @@ def test_bad_config_is_a_config_error(fields: dict) -> None:
 
 
 def test_config_file_builds_the_defaults_and_rejects_misuse() -> None:
-    assert build(OmegaConf.load(ROOT / "mdmkit/conf/sampler/p2.yaml"), "sampler") == P2Sampler()
+    assert build(OmegaConf.load(ROOT / "conf/sampler/p2.yaml"), "sampler") == P2Sampler()
     with pytest.raises(ConfigError, match="score='confidence'"):
         P2Sampler(score="random", planner=Fixed(CONF))
     with pytest.raises(ValueError, match="stop conditions"):

@@ -7,21 +7,21 @@ from the library's batched loop so the two can disagree.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from conftest import compose_config
+from fakes import random_transformer
 
 from mdmkit.core.config import build
-from mdmkit.models import TransformerConfig
 from mdmkit.samplers import ForwardCounter
 from mdmkit.samplers.ordering import entropy
 
 V, MASK, PROMPT, GEN = 9, 8, 4, 12
 
 
-def network() -> torch.nn.Module:
-    torch.manual_seed(1)
-    return TransformerConfig(vocab_size=V, max_len=PROMPT + GEN, n_layers=2, d_model=32, n_heads=2).build().eval()
+network = partial(random_transformer, V, PROMPT + GEN, 1)
 
 
 def prompts(rows: int = 4) -> torch.Tensor:

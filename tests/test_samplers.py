@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import compose_config
+from fakes import Independent, LeftToRight, random_transformer
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
-from mdmkit.models import TransformerConfig
 from mdmkit.samplers import (
     DreamStepsSampler,
     EBSampler,
@@ -32,7 +33,7 @@ from mdmkit.samplers.budget import (
     StepSchedule,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "mdmkit" / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def ranked(entropy: list[float] | None = None, confidence: list[float] | None = None, **state: int) -> Ranked:
@@ -83,20 +84,6 @@ def test_step_schedules_by_hand() -> None:
 
 
 # -- toy networks --------------------------------------------------------------------------------
-
-
-class Independent(torch.nn.Module):
-    """Every position i has the fixed distribution probs[i], whatever the input (a factorized joint)."""
-
-    def __init__(self, probs: torch.Tensor, mask_id: int) -> None:
-        super().__init__()
-        logits = probs.clamp_min(1e-12).log()
-        self.logits = torch.cat([logits, torch.full((len(probs), 1), -1e9)], 1)  # the mask token: never
-        self.calls: list[torch.Tensor] = []
-
-    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        self.calls.append(tokens.clone())
-        return self.logits.expand(tokens.shape[0], -1, -1)
 
 
 class Copy(torch.nn.Module):
@@ -152,9 +139,7 @@ def test_top_k_shows_the_joint_dependence_error_and_eb_does_not() -> None:
 V, MASK, L = 7, 6, 10
 
 
-def real_network() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return TransformerConfig(vocab_size=V, max_len=L, n_layers=2, d_model=32, n_heads=2).build().eval()
+real_network = partial(random_transformer, V, L)
 
 
 def puzzles(rows: int = 6) -> torch.Tensor:
@@ -243,20 +228,6 @@ def test_blocks_count_answer_positions_not_raw_positions() -> None:
     prompt = torch.tensor([[2, 0, 2, 2, 1, 2]])  # answer positions 0, 2, 3, 5
     out, _ = sample(RevealAllSampler(block_length=2), Independent(probs, 2), prompt, 2)
     assert out.partition(0) == [[0, 2], [3, 5]]
-
-
-class LeftToRight(torch.nn.Module):
-    """Predicts `target` with confidence decreasing left to right, so Top-1 decodes in reading order."""
-
-    def __init__(self, target: list[int], vocab: int) -> None:
-        super().__init__()
-        self.logits = torch.full((len(target), vocab), -1e9)
-        for pos, token in enumerate(target):
-            self.logits[pos, :-1] = 0.0
-            self.logits[pos, token] = 10.0 - pos * 0.5
-
-    def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.logits.expand(tokens.shape[0], -1, -1)
 
 
 def test_generate_until_stops_a_row_once_its_stop_token_and_everything_before_are_revealed() -> None:

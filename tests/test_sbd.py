@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import TINY, compose_config, run_cli
+from fakes import random_transformer
+from tiny_text_models import save_llama
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
-from mdmkit.models.transformer import TransformerConfig
 from mdmkit.objectives.sbd import SBDLoss, causal_mask, sbd_attention_mask, sbd_block_mask
 from mdmkit.samplers import EBSampler, ForwardCounter, NTPDecoder, SBDSampler, ThresholdSampler, TopKSampler
 from mdmkit.samplers.sbd import _CausalDecodeState
@@ -19,10 +20,7 @@ PROMPTS = [5, 8, 3]
 
 
 def network(positions: str = "rotary", seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    config = TransformerConfig(vocab_size=VOCAB, max_len=LENGTH, n_layers=2, d_model=32, n_heads=2,
-                               positions=positions)
-    return config.build().eval()
+    return random_transformer(VOCAB, LENGTH, seed, positions=positions)
 
 
 def canvas(prompts: list[int] = PROMPTS, seed: int = 1) -> torch.Tensor:
@@ -219,14 +217,10 @@ def test_ntp_then_sbd_fine_tuning_runs_through_train_py(tmp_path):
 # -- Hugging Face causal LMs --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from mdmkit.models.hf import HFCausalSpec
 
-    directory = tmp_path_factory.mktemp("llama")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    directory = save_llama(tmp_path_factory.mktemp("llama"), vocab_size=VOCAB, num_key_value_heads=1)
     return HFCausalSpec(path=str(directory), vocab_size=VOCAB, max_len=LENGTH).build().eval()
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY, compose_config
+from fakes import HybridTable as Table
+from fakes import random_transformer
 from omegaconf import OmegaConf
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.models import TransformerConfig
 from mdmkit.models.speculative import SpeculativeConfig, SpeculativeTransformer, Trunk
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 from mdmkit.objectives.speculative import SpeculativeLoss, random_order
@@ -164,33 +165,8 @@ def test_accept_and_residual_follow_lemma_c1_on_a_hand_made_pair() -> None:
     assert tv({k: v / n for k, v in cells.items()}, law) < tolerance(law, n)
 
 
-class Table(torch.nn.Module):
-    """A hand-made hybrid: the draft of each position is a fixed row of `draft`; the target is `target` at
-    every position after σ(n_known), the draft elsewhere (the contract of `causal`). Records causal inputs."""
-
-    causal_share = 0.25
-    capabilities = frozenset({"causal_head"})
-
-    def __init__(self, draft: list[list[float]], target: list[float]) -> None:
-        super().__init__()
-        self.draft = torch.tensor(draft).log()
-        self.target = torch.tensor(target).log()
-        self.seen: list[tuple[list, list]] = []
-
-    def forward(self, tokens: torch.Tensor, return_trunk: bool = False) -> torch.Tensor | Trunk:
-        trunk = Trunk(torch.zeros(*tokens.shape, 1), self.draft.expand(tokens.shape[0], -1, -1))
-        return trunk if return_trunk else trunk.logits
-
-    def noncausal(self, tokens: torch.Tensor) -> Trunk:
-        return self(tokens, return_trunk=True)
-
-    def causal(self, trunk: Trunk, tokens: torch.Tensor, order: torch.Tensor,
-               n_known: torch.Tensor) -> torch.Tensor:
-        self.seen.append((tokens.tolist(), order.tolist()))
-        later = order.argsort(1) > n_known[:, None]
-        return torch.where(later[..., None], self.target, trunk.logits)
-
-
+# Table(draft, target): a hand-made hybrid, each position's draft a fixed row of `draft`, the target `target`
+# after σ(n_known); records the inputs of its causal calls.
 # Drafts say 0 everywhere, most confidently at position 1, then 2, then 0 (σ = 1, 2, 0); the target says 2.
 DRAFT = [[0.5, 0.3, 0.2, 0.0], [0.7, 0.2, 0.1, 0.0], [0.6, 0.3, 0.1, 0.0]]
 TARGET = [0.1, 0.2, 0.7, 0.0]
@@ -245,7 +221,7 @@ def test_causal_outputs_depend_only_on_earlier_tokens_in_the_order(positions: st
 
 
 def test_the_trunk_is_an_mdm_that_ignores_the_order_and_loads_an_mdm_checkpoint() -> None:
-    mdm = TransformerConfig(vocab_size=4, max_len=8, n_layers=2, d_model=16, n_heads=2).build().eval()
+    mdm = random_transformer(4, 8, None, d_model=16)
     net = SpeculativeConfig(vocab_size=4, max_len=8, n_noncausal=2, d_model=16, n_heads=2).build().eval()
     head = {k: v.clone() for k, v in net.state_dict().items() if not k.startswith("trunk.")}
     net.load_state_dict(mdm.state_dict())  # init_from=<an MDM>: the trunk only
@@ -416,7 +392,7 @@ def test_bad_config_is_a_config_error(cls: type, fields: dict) -> None:
 
 
 def test_config_files_build_and_misuse_is_refused() -> None:
-    conf = ROOT / "mdmkit/conf"
+    conf = ROOT / "conf"
     def load(name: str, **kwargs: int) -> object:
         return build(OmegaConf.load(conf / f"{name}.yaml"), name, **kwargs)
 
@@ -426,7 +402,7 @@ def test_config_files_build_and_misuse_is_refused() -> None:
     for name in ("tiny", "cpu", "head", "paper"):
         spec = load(f"model/speculative_{name}", vocab_size=12, max_len=81)
         assert isinstance(spec.build(), SpeculativeTransformer)
-    mdm = TransformerConfig(vocab_size=4, max_len=3, n_layers=1, d_model=16, n_heads=2).build()
+    mdm = random_transformer(4, 3, None, n_layers=1, d_model=16)
     with pytest.raises(ValueError, match="causal blocks"):
         SpeculativeSampler().sample(ForwardCounter(mdm, 1), torch.full((1, 3), MASK), MASK)
     WindowSampler().sample(ForwardCounter(mdm, 1), torch.full((1, 3), MASK), MASK)  # any MDM

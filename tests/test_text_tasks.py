@@ -14,11 +14,11 @@ pytest.importorskip("transformers")
 from tiny_text_models import byte_level_tokenizer, save_causal_lm, save_masked_lm
 
 from mdmkit.core.config import build
-from mdmkit.core.errors import ConfigError, DataFormatError
-from mdmkit.core.stopping import TextStop
+from mdmkit.core.errors import CapabilityError, ConfigError, DataFormatError
+from mdmkit.core.stopping import TextStop, find_stop
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
-from mdmkit.samplers import EBSampler, ThresholdSampler, TopKSampler
+from mdmkit.samplers import EBSampler, NTPDecoder, SBDSampler, ThresholdSampler, TopKSampler
 from mdmkit.sandbox import ENV_VAR
 from mdmkit.tasks.code import HumanEvalTask, MBPPTask
 from mdmkit.tasks.gsm8k import GSM8KTask, worked_solution
@@ -194,9 +194,63 @@ def test_prompts_longer_than_max_length_lose_their_start(masked_dir):
 
 def test_causal_baseline_decodes_greedily_with_one_forward_per_token(causal_dir):
     model = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
-    made = generate(model, ["def add(a, b):\n", "x"], None, 6, ["\n\n\n"], batch_size=2, progress=False)
+    made = generate(model, ["def add(a, b):\n", "x"], NTPDecoder(), 6, ["\n\n\n"], batch_size=2, progress=False)
     assert made.nfe.max() <= 6 and (made.nfe >= 1).all()
     assert (made.nfe == made.nfe_to_stop).all()
+
+
+CAUSAL_PROMPTS = ["def add(a, b):\n", "Question: a much longer prompt with many more tokens in it?\nAnswer:", "x"]
+
+
+@torch.no_grad()
+def greedy_reference(model, prompt: str, gen_length: int, stops: list[str]) -> list[int]:
+    """A plain greedy loop without a cache: the whole sequence every step, until EOS or a stop phrase."""
+    ids, made = model.encode_prompt(prompt, False, gen_length), []
+    for _ in range(gen_length):
+        made.append(int(model.network(torch.tensor([ids + made]))[0, -1].argmax()))
+        if made[-1] == model.tokenizer.eos_token_id or find_stop(model.decode(made), stops) is not None:
+            break
+    return made
+
+
+def test_a_causal_lm_generates_through_ntp_and_the_counter_like_a_plain_greedy_loop(causal_dir):
+    model = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
+    free = [greedy_reference(model, p, 8, []) for p in CAUSAL_PROMPTS]
+    # the tiny model's end-of-text token: one it generates third in row 0; a stop phrase: row 1's first tokens
+    model.tokenizer.eos_token = model.tokenizer.convert_ids_to_tokens(free[0][2])
+    for stops in ([], [model.decode(free[1][:4])]):
+        expected = [greedy_reference(model, p, 8, stops) for p in CAUSAL_PROMPTS]
+        assert len(expected[0]) <= 3 and any(len(e) == 8 for e in expected)
+        assert len(expected[1]) == (4 if stops else 8)
+        batched = generate(model, CAUSAL_PROMPTS, NTPDecoder(), 8, stops, batch_size=3, progress=False)
+        assert batched.raw == [model.decode(e) for e in expected]
+        assert batched.nfe.tolist() == batched.nfe_to_stop.tolist() == [len(e) for e in expected]
+        for i, prompt in enumerate(CAUSAL_PROMPTS):
+            alone = generate(model, [prompt], NTPDecoder(), 8, stops, batch_size=1, progress=False)
+            assert alone.raw == [batched.raw[i]] and alone.nfe.tolist() == [batched.nfe[i]]
+
+
+def test_a_sampler_of_the_wrong_kind_fails_in_one_line(causal_dir, masked_dir):
+    causal = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
+    masked = load_text_model(str(masked_dir), HFModelConfig(), "cpu")
+    for model, sampler, hint in ((causal, TopKSampler(k=1), "sampler=ntp"), (causal, None, "sampler=ntp"),
+                                 (masked, NTPDecoder(), "masked sampler"), (masked, SBDSampler(), "masked sampler")):
+        with pytest.raises(CapabilityError, match=hint) as error:
+            generate(model, ["x"], sampler, 4, [], progress=False)
+        assert "\n" not in str(error.value)
+    causal.tokenizer.mask_token = None  # SBD feeds masks: a causal LM without a mask token cannot take it
+    with pytest.raises(ConfigError, match="no mask token"):
+        generate(causal, ["x"], SBDSampler(block_size=4), 4, [], progress=False)
+
+
+def test_sbd_runs_on_a_causal_lm_whose_tokenizer_has_a_mask_token(causal_dir):
+    model = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
+    sampler = SBDSampler(block_size=4)  # blocks of 4 and 2 masks: 2 to 6 forwards
+    made = generate(model, CAUSAL_PROMPTS, sampler, 6, [], batch_size=3, progress=False)
+    assert len(made.raw) == 3 and (made.nfe >= 2).all() and (made.nfe <= 6).all()
+    alone = [generate(model, [p], sampler, 6, [], batch_size=1, progress=False) for p in CAUSAL_PROMPTS]
+    assert made.raw == [a.raw[0] for a in alone]
+    assert made.nfe.tolist() == [int(a.nfe[0]) for a in alone]
 
 
 # -- evaluate.py ------------------------------------------------------------------------------------
@@ -228,6 +282,24 @@ def test_evaluate_causal_baseline_on_gsm8k(causal_dir, tmp_path):
 
     cfg = compose_config("evaluate", [
         "task=gsm8k", f"task.data_dir={DATA}", "task.max_gen_len=6", "task.shots=1", f"ckpt={causal_dir}",
-        "hf.kind=causal", "limit=2", "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+        "hf.kind=causal", "sampler=ntp", "limit=2", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
+        "wandb.mode=disabled"])
     rows = run_evaluation(cfg, tmp_path)
     assert rows[0]["weights"] == "causal" and rows[0]["nfe"]["max"] <= 6
+
+
+def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp_path):
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    missing = tmp_path / "not-loaded"  # the sampler is refused before the weights are looked for
+    for sampler in ([], ["sampler=eb"]):  # evaluate.yaml's default sampler is a masked one
+        cfg = compose_config("evaluate", [
+            "task=gsm8k", f"task.data_dir={DATA}", f"ckpt={missing}", "hf.kind=causal", *sampler, "device=cpu",
+            f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+        with pytest.raises(CapabilityError, match="pass sampler=ntp") as error:
+            run_evaluation(cfg, tmp_path)
+        assert "\n" not in str(error.value)
+    cfg = compose_config("evaluate", ["task=gsm8k", f"task.data_dir={DATA}", f"ckpt={missing}", "sampler=ntp",
+                                      "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+    with pytest.raises(CapabilityError, match="masked sampler"):
+        run_evaluation(cfg, tmp_path)

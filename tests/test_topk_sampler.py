@@ -6,31 +6,16 @@ import math
 
 import pytest
 import torch
+from fakes import FixedConfidence as FixedDistribution
+from fakes import random_transformer
 
-from mdmkit.models import TransformerConfig
 from mdmkit.samplers import ForwardCounter, TopKSampler
 
 V, MASK, L = 6, 5, 8
 
 
-class FixedDistribution(torch.nn.Module):
-    """Position i predicts token i % 5 with probability conf[i], independent of the input; records calls."""
-
-    def __init__(self, conf: list[float]) -> None:
-        super().__init__()
-        probs = torch.full((L, V), 0.0)
-        for i, c in enumerate(conf):
-            probs[i] = (1 - c) / (V - 2)
-            probs[i, i % 5] = c
-            probs[i, MASK] = 0.0
-        self.logits = probs.clamp_min(1e-9).log()
-        self.seen: list[torch.Tensor] = []
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.seen.append(tokens.clone())
-        return self.logits.expand(tokens.shape[0], L, V)
-
-
+# FixedDistribution(conf): position i predicts token i % 5 with probability conf[i], independent of the input;
+# records its inputs.
 CONF = [0.5, 0.9, 0.3, 0.8, 0.95, 0.6, 0.7, 0.4]
 
 
@@ -75,8 +60,7 @@ def test_temperature_sampling_matches_the_distribution() -> None:
 
 
 def test_batched_equals_one_by_one_on_a_real_network() -> None:
-    torch.manual_seed(0)
-    net = TransformerConfig(vocab_size=V, max_len=L, n_layers=2, d_model=32, n_heads=2).build().eval()
+    net = random_transformer(V, L)
     prompts = torch.randint(0, 5, (6, L))
     for row in range(6):
         prompts[row, torch.randperm(L)[: row + 2]] = MASK

@@ -1,4 +1,5 @@
-"""Tiny Hugging Face models with a byte-level tokenizer, built locally, for the text-benchmark tests.
+"""Tiny Hugging Face models, built locally: a BERT masked LM and a Llama causal LM on any tokenizer, and
+both with a byte-level tokenizer for the text-benchmark tests.
 
 The tokenizer encodes any text (code, math, unicode) and keeps special tokens for padding, masking and the
 end of text, so prompts from the real benchmark files run through the same code paths as LLaDA or Dream.
@@ -33,29 +34,43 @@ def byte_level_tokenizer():
                                                 eos_token="<|endoftext|>")
 
 
-def save_masked_lm(directory: Path, seed: int = 0) -> Path:
-    """A 2-layer BERT masked LM with the byte-level tokenizer (a stand-in for LLaDA / Dream)."""
+def save_bert(directory: Path, tokenizer, seed: int = 0, **config) -> Path:
+    """A 2-layer BERT masked LM (hidden size 32) on `tokenizer`'s vocabulary, saved with it in `directory`.
+    `config` overrides `BertConfig` fields (the default context is 64 positions)."""
     import transformers
 
-    tokenizer = byte_level_tokenizer()
     torch.manual_seed(seed)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=4096)
-    transformers.BertForMaskedLM(config).save_pretrained(directory)
+    settings = {"vocab_size": len(tokenizer), "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "intermediate_size": 64, "max_position_embeddings": 64}
+    transformers.BertForMaskedLM(transformers.BertConfig(**{**settings, **config})).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def save_llama(directory: Path, tokenizer=None, seed: int = 0, **config) -> Path:
+    """A 2-layer Llama causal LM (hidden size 32) saved in `directory`, with `tokenizer` and on its vocabulary
+    when one is given (else pass `vocab_size`). `config` overrides `LlamaConfig` fields (the default context
+    is 64 positions, with 2 key-value heads)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    settings = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 2, "max_position_embeddings": 64}
+    if tokenizer is not None:
+        settings["vocab_size"] = len(tokenizer)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**settings, **config})).save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return directory
+
+
+def save_masked_lm(directory: Path, seed: int = 0) -> Path:
+    """A 2-layer BERT masked LM with the byte-level tokenizer (a stand-in for LLaDA / Dream)."""
+    return save_bert(directory, byte_level_tokenizer(), seed, max_position_embeddings=4096)
 
 
 def save_causal_lm(directory: Path, seed: int = 0) -> Path:
     """A 2-layer Llama causal LM with the byte-level tokenizer (the NTP baseline's stand-in)."""
-    import transformers
-
     tokenizer = byte_level_tokenizer()
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                      max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-                                      eos_token_id=tokenizer.eos_token_id)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return save_llama(directory, tokenizer, seed, max_position_embeddings=4096,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -65,6 +66,25 @@ class TextStop:
         for row in range(tokens.shape[0]):
             text = self.decode(tokens[row][settled[row]].tolist())
             done[row] = find_stop(text, self.phrases) is not None
+        return done
+
+
+class Stop(Protocol):
+    """A sampler's `stop`: `met` says which rows are finished (StopCondition, TextStop, AnyStop, ...)."""
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class AnyStop:
+    """A row is finished once any of `conditions` is met (e.g. the end-of-text token or a stop phrase)."""
+
+    conditions: tuple[Stop, ...]
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+        done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        for condition in self.conditions:
+            done |= condition.met(tokens, answer, mask_id).to(done.device)
         return done
 
 

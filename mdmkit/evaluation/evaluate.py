@@ -14,9 +14,12 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from mdmkit.analysis.pareto import derive_family, plot_fronts
+from mdmkit.analysis.pareto import derive_family
+from mdmkit.analysis.pareto_plot import plot_fronts
+from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.config import build, require, to_container
 from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.generation import check_decoder
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob, expand
@@ -53,16 +56,6 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"NFE mean {summary['nfe_mean']:.2f} (p50 {summary['nfe']['p50']:.0f}, max {summary['nfe']['max']}) | "
         f"{summary['wall_time_s']:.1f} s"
     )
-
-
-def summary_table(rows: list[dict[str, Any]]) -> str:
-    """A fixed-width table of a sweep's rows, printed at its end."""
-    lines = [f"{'family':<24} {'settings':<40} {'accuracy':>8} {'NFE':>8}"]
-    for row in sorted(rows, key=lambda r: (r["family"], r["nfe_mean"])):
-        settings = ", ".join(f"{k}={v}" for k, v in row["params"].items()
-                             if k not in ("ordering", "temperature", "top_p", "stop_early") and v is not None)
-        lines.append(f"{row['family']:<24} {settings[:40]:<40} {row['accuracy']:>8.4f} {row['nfe_mean']:>8.2f}")
-    return "\n".join(lines)
 
 
 class _Rows:
@@ -126,6 +119,10 @@ def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
     hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
     if cfg.limit is not None:
         task.limit = cfg.limit
+    # hf.kind=causal takes sampler=ntp (or sbd), a masked model a masked sampler: checked before loading
+    configs = [job.sampler for job in expand(cfg.sweep)] if cfg.get("sweep") else [to_container(cfg.sampler)]
+    for config in configs:
+        check_decoder(hf.kind == "causal", build_sampler(config))
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
     rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None)
     generations = Path(cfg.results_file).parent / "generations"
@@ -134,7 +131,7 @@ def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
         require(not job.oracle, "oracle=true is defined for puzzle tasks only")
         sampler = build_sampler(job.sampler, model.network)
         file = generations / f"{task.name}-{rows.key('evaluate', job.sampler)}.jsonl"
-        result = evaluate_text_task(model, task, None if model.causal else sampler, cfg.batch_size, cfg.seed, file)
+        result = evaluate_text_task(model, task, sampler, cfg.batch_size, cfg.seed, file)
         print(f"[{task.name}] generations: {file}")
         return result
 
@@ -170,7 +167,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
             continue
         collected += _run_job(job, cfg, task_name, measure, rows)
     if len(jobs) > 1:
-        print(summary_table(collected))
+        print(runs_table(collected))
     name = f"{task_name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"
     plot = None
     if len(jobs) > 1 and output_dir is not None:

@@ -1,9 +1,13 @@
 """Prompted text generation with NFE accounting, shared by `evaluate.py task=gsm8k|...` and the lm-eval model.
 
-A masked model gets its prompts left-padded in a batch, followed by `gen_length` mask tokens that any mdmkit
-sampler fills; a causal model decodes greedily with a KV cache (the NTP baseline). Both stop a row once its
-settled text contains a stop phrase (generate_until during generation, not only truncation afterwards), and
-both report each row's forward passes to full length and to the stop point.
+Every model generates with a sampler through a `ForwardCounter`, which charges each forward to the rows it
+ran on. A masked model gets its prompts left-padded in a batch, followed by `gen_length` mask tokens that any
+masked sampler fills. A causal LM (`kind=causal`) gets each prompt left-aligned and followed by masks, which a
+causal decoder (`sampler=ntp`: next-token prediction with a KV cache, as for mdmkit's own causal models; or
+SBD) fills left to right, stopping at the end-of-text token or after `gen_length` tokens. A sampler of the
+other kind is refused in one line before any forward. Both stop a row once its settled text contains a stop
+phrase (generate_until during generation, not only truncation afterwards), and both report each row's forward
+passes to full length and to the stop point.
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mdmkit.core.stopping import TextStop
+from mdmkit.core.errors import CapabilityError, ConfigError
+from mdmkit.core.stopping import AnyStop, Stop, StopCondition, TextStop
+from mdmkit.models.denoiser import require_capabilities
 from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
-from mdmkit.samplers import ForwardCounter, MaskedSampler
+from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
 from mdmkit.tasks.extraction import truncate_at_stop
+
+CAUSAL_DECODERS = (NTPDecoder, SBDSampler)  # fill a suffix left to right with a KV cache: causal LMs only
 
 
 @dataclass
 class TextModel:
-    """A network with its tokenizer: masked (any sampler) or causal (greedy NTP)."""
+    """A network with its tokenizer: masked (masked samplers) or causal (causal decoders: `sampler=ntp`)."""
 
     network: HFMaskedDiffusion | HFCausalLM
     tokenizer: Any
@@ -40,6 +48,19 @@ class TextModel:
             if candidate is not None:
                 return int(candidate)
         return 0
+
+    def mask_id_for(self, sampler: Sampler) -> int:
+        """The id of the positions to fill. A masked model: its mask token. A causal LM decoded by NTP: an id
+        past the vocabulary (NTP only runs the settled prefix, so it is never fed, and it is never generated).
+        SBD feeds masks to the model: the tokenizer's mask token, the one an SBD fine-tune learnt."""
+        if not self.causal:
+            return self.network.mask_id
+        if isinstance(sampler, SBDSampler):
+            if self.tokenizer.mask_token_id is None:
+                raise ConfigError("sampler=sbd feeds mask tokens to the causal LM, but its tokenizer has no "
+                                  "mask token: use sampler=ntp")
+            return int(self.tokenizer.mask_token_id)
+        return max(self.network.vocab_size, len(self.tokenizer))
 
     def decode(self, ids: list[int]) -> str:
         # special tokens stay: stop phrases such as "<|endoftext|>" are special tokens
@@ -86,6 +107,70 @@ def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[
     return ids.to(device), keep.to(device)
 
 
+def check_decoder(causal: bool, sampler: Sampler | None) -> None:
+    """Refuse, in one line, a sampler of the wrong kind: a causal LM (`kind=causal`) generates with a causal
+    decoder (`sampler=ntp`), a masked diffusion model with a masked sampler."""
+    name = "none" if sampler is None else type(sampler).__name__
+    if causal and not isinstance(sampler, CAUSAL_DECODERS):
+        raise CapabilityError(f"kind=causal loads a causal LM, which generates with a causal decoder: pass "
+                              f"sampler=ntp (got sampler {name})")
+    if not causal and sampler is None:
+        raise ConfigError("a masked diffusion model needs a sampler (e.g. sampler=eb)")
+    if not causal and isinstance(sampler, CAUSAL_DECODERS):
+        raise CapabilityError(f"sampler {name} decodes causal LMs (kind=causal), not a masked diffusion "
+                              f"model: pick a masked sampler (e.g. sampler=eb)")
+
+
+def check_sampler(model: TextModel, sampler: Sampler | None) -> None:
+    """What `generate` refuses before its first forward: the sampler's kind, capabilities and mask id."""
+    check_decoder(model.causal, sampler)
+    require_capabilities(sampler, model.network)
+    model.mask_id_for(sampler)
+
+
+@dataclass(frozen=True)
+class AnswerBudget:
+    """Finished once `length` answer tokens are settled. Rows of a causal batch differ in prompt length and
+    share one canvas width, so shorter prompts are followed by more masks than they may generate."""
+
+    length: int
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+        masked = answer & (tokens == mask_id)
+        settled = answer & (masked.long().cumsum(1) == 0)
+        return settled.sum(1) >= self.length
+
+
+def _masked_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id: int,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """Left-padded prompts then `gen_length` masks; the padding mask (None without padding); answer starts."""
+    ids, keep = left_pad(rows, pad_id, device)
+    canvas = torch.cat([ids, torch.full((len(rows), gen_length), mask_id, device=device)], 1)
+    attention = torch.cat([keep, torch.ones_like(canvas[:, ids.shape[1]:], dtype=torch.bool)], 1)
+    return canvas, None if bool(keep.all()) else attention, [ids.shape[1]] * len(rows)
+
+
+def _causal_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id: int,
+                   device: torch.device) -> tuple[torch.Tensor, None, list[int]]:
+    """Left-aligned prompts (an empty one becomes the pad token), masks to a common width; answer starts."""
+    rows = [row or [pad_id] for row in rows]
+    canvas = torch.full((len(rows), max(map(len, rows)) + gen_length), mask_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        canvas[i, : len(row)] = torch.tensor(row)
+    return canvas.to(device), None, [len(row) for row in rows]
+
+
+def _row_groups(model: TextModel, sampler: Sampler, encoded: list[list[int]]) -> list[list[int]]:
+    """Rows of a batch that are sampled together: all, except under SBD on a causal LM, whose blocks would run
+    past `gen_length` after a shorter prompt of the batch: there, rows of equal prompt length."""
+    if not (model.causal and isinstance(sampler, SBDSampler)):
+        return [list(range(len(encoded)))]
+    groups: dict[int, list[int]] = {}
+    for i, row in enumerate(encoded):
+        groups.setdefault(max(len(row), 1), []).append(i)
+    return list(groups.values())
+
+
 def _settled(ids: torch.Tensor, mask_id: int | None) -> list[int]:
     """The answer ids before the first still-masked position (rows stopped early keep masks after it)."""
     values = ids.tolist()
@@ -98,7 +183,7 @@ def _settled(ids: torch.Tensor, mask_id: int | None) -> list[int]:
 def generate(
     model: TextModel,
     prompts: list[str],
-    sampler: MaskedSampler | None,
+    sampler: Sampler,
     gen_length: int,
     stops: list[str],
     *,
@@ -107,40 +192,38 @@ def generate(
     chat: bool = False,
     progress: bool = True,
 ) -> Generations:
-    """Generate an answer for every prompt (`sampler` is ignored by causal models, which decode greedily)."""
+    """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter (a
+    causal LM takes a causal decoder such as `NTPDecoder`, and also stops at its end-of-text token)."""
     if gen_length < 1:
         raise ValueError(f"gen_length={gen_length} must be >= 1")
-    if not model.causal and sampler is None:
-        raise ValueError("a masked model needs a sampler")
+    check_sampler(model, sampler)
+    mask_id = model.mask_id_for(sampler)
     device = next(model.network.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
-    stop = TextStop(tuple(stops), model.decode) if stops else None
-    raw, nfe, to_stop = [], [], []
+    stop: Stop | None = TextStop(tuple(stops), model.decode) if stops else None
+    if model.causal:
+        eos = model.tokenizer.eos_token_id
+        ends = [StopCondition.of([eos])] if eos is not None else []
+        stop = AnyStop((*ends, *([stop] if stop is not None else []), AnswerBudget(gen_length)))
+    make_canvas = _causal_canvas if model.causal else _masked_canvas
+    raw = [""] * len(prompts)
+    nfe, to_stop = np.zeros(len(prompts), dtype=np.int64), np.zeros(len(prompts), dtype=np.int64)
     start = time.perf_counter()
     for begin in tqdm(range(0, len(prompts), batch_size), desc="generating", disable=not progress, leave=False):
         encoded = [model.encode_prompt(p, chat, gen_length) for p in prompts[begin: begin + batch_size]]
-        ids, keep = left_pad(encoded, model.pad_id, device)
-        if model.causal:
-            finished = None if stop is None else (
-                lambda made: stop.met(made, torch.ones_like(made, dtype=torch.bool), -1))
-            answers, counts = model.network.greedy_generate(ids, gen_length, {model.tokenizer.eos_token_id} - {None},
-                                                            attention_mask=keep, stop_when=finished)
-            raw += [model.decode(row.tolist()) for row in answers]
-            nfe.append(counts)
-            to_stop.append(counts)
-            continue
-        mask_id = model.network.mask_id
-        canvas = torch.cat([ids, torch.full((len(encoded), gen_length), mask_id, device=device)], 1)
-        attention = torch.cat([keep, torch.ones_like(canvas[:, ids.shape[1]:], dtype=torch.bool)], 1)
-        counter = ForwardCounter(model.network, len(encoded))
-        sampled = sampler.sample(counter, canvas, mask_id, generator,
-                                 attention_mask=None if bool(keep.all()) else attention, stop=stop)
-        raw += [model.decode(_settled(row, mask_id)) for row in sampled.tokens[:, ids.shape[1]:].cpu()]
-        nfe.append(counter.nfe)
-        to_stop.append(torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe))
+        for group in _row_groups(model, sampler, encoded):
+            canvas, attention, starts = make_canvas([encoded[i] for i in group], gen_length, mask_id,
+                                                    model.pad_id, device)
+            counter = ForwardCounter(model.network, len(group))
+            sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
+            rows = [begin + i for i in group]
+            for row, tokens, first in zip(rows, sampled.tokens.cpu(), starts):
+                raw[row] = model.decode(_settled(tokens[first: first + gen_length], mask_id))
+            nfe[rows] = counter.nfe.numpy()
+            to_stop[rows] = torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe).numpy()
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
     texts = [truncate_at_stop(text, stops) for text in raw]
     kept = np.array([len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts])
-    return Generations(raw, texts, torch.cat(nfe).numpy(), torch.cat(to_stop).numpy(), kept, wall)
+    return Generations(raw, texts, nfe, to_stop, kept, wall)

@@ -1,9 +1,10 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
 `model_args`: `ckpt` (a Hugging Face model directory or hub name), `kind` (generic | llada | dream | causal),
-`sampler` (any name under `mdmkit/conf/sampler/`), and every field of that sampler (`gamma`, `k`, `tau`,
-`ordering`, `block_length`, ...). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a
-request gives no `max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).
+`sampler` (any name under `conf/sampler/`; default `eb`, and `ntp` for `kind=causal`, which takes a
+causal decoder only), and every field of that sampler (`gamma`, `k`, `tau`, `ordering`, `block_length`,
+...). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a request gives no
+`max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).
 
 lm-eval 0.4 has no plugin hook for third-party models, so the model is registered when this module is imported:
 the `mdmkit-lm-eval` console script (lm-eval's own CLI, same arguments) imports it first; from Python, import
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from mdmkit.core.config import build, require
 from mdmkit.core.errors import ConfigError
-from mdmkit.evaluation.generation import TextModel, generate
+from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
@@ -74,9 +75,10 @@ def masked_elbo(network: torch.nn.Module, mask_id: int, context: list[int], cont
 
 @register_model("mdmkit")
 class MdmkitLM(LM):
-    def __init__(self, ckpt: str | None = None, sampler: str = "eb", kind: str = "generic", device: str = "auto",
-                 batch_size: int | str = 8, max_batch_size: int | None = None, gen_length: int = 256,
-                 mc_samples: int = 32, seed: int = 0, nfe_file: str | None = None, **extra: Any) -> None:
+    def __init__(self, ckpt: str | None = None, sampler: str | None = None, kind: str = "generic",
+                 device: str = "auto", batch_size: int | str = 8, max_batch_size: int | None = None,
+                 gen_length: int = 256, mc_samples: int = 32, seed: int = 0, nfe_file: str | None = None,
+                 **extra: Any) -> None:
         super().__init__()
         require(ckpt is not None, "model_args needs ckpt=<Hugging Face model directory or hub name>")
         require(isinstance(batch_size, int) or str(batch_size).isdigit(),
@@ -85,15 +87,16 @@ class MdmkitLM(LM):
         require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
         model_args = {k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS}
         config = HFModelConfig(kind=kind, **model_args)
-        self.sampler, self.sampler_config = (None, {"name": "ntp_greedy"}) if kind == "causal" else (
-            sampler_from_args(sampler, extra))
-        if kind == "causal" and extra:
-            raise ConfigError(f"sampler options {sorted(extra)} do not apply to kind=causal (greedy decoding)")
+        if sampler is None:
+            sampler = "ntp" if kind == "causal" else "eb"
+        self.sampler, self.sampler_config = sampler_from_args(sampler, extra)
+        check_decoder(kind == "causal", self.sampler)  # before the weights load
         if device == "auto" or (str(device).startswith("cuda") and not torch.cuda.is_available()):
             if device != "auto":  # lm-eval's CLI asks for cuda by default, also on CPU-only machines
                 print(f"[mdmkit] device={device} is not available here; running on cpu")
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model: TextModel = load_text_model(ckpt, config, device)
+        check_sampler(self.model, self.sampler)
         self.batch_size_per_call = int(batch_size)
         self.gen_length, self.mc_samples, self.seed = gen_length, mc_samples, seed
         self.nfe_file = Path(nfe_file) if nfe_file else None

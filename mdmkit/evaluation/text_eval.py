@@ -14,7 +14,7 @@ from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
-from mdmkit.samplers import MaskedSampler
+from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
 
 
@@ -22,7 +22,7 @@ from mdmkit.tasks.text import TextTask
 class HFModelConfig(Validated):
     """How `ckpt` (a model directory or hub name) is loaded for a text task."""
 
-    kind: Literal["generic", "llada", "dream", "causal"] = "generic"  # causal: the greedy NTP baseline
+    kind: Literal["generic", "llada", "dream", "causal"] = "generic"  # causal: the NTP baseline (sampler=ntp)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     max_length: int | None = None  # prompt + generation tokens; longer prompts are cut from the left
@@ -58,7 +58,7 @@ def model_fingerprint(name_or_path: str) -> str:
 def evaluate_text_task(
     model: TextModel,
     task: TextTask,
-    sampler: MaskedSampler | None,
+    sampler: Sampler,
     batch_size: int,
     seed: int,
     generations_file: Path | None = None,

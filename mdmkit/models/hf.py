@@ -2,8 +2,8 @@
 
 mdmkit samplers call `network(tokens, attn_mask=...)` with a key-padding mask [B, 1, 1, L] (True = may attend)
 and expect logits [B, L, V]. These adapters translate that call for a pretrained masked LM (BERT-style, LLaDA,
-Dream) so every sampler runs unchanged on it, and wrap a causal LM so next-token-prediction baselines are
-measured with the same NFE accounting (one forward per generated token per unfinished row).
+Dream) so every sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes
+through the same causal decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models.
 
 `transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
 """
@@ -11,7 +11,6 @@ measured with the same NFE accounting (one forward per generated token per unfin
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -110,7 +109,8 @@ class HFMaskedDiffusion(nn.Module):
 
 
 class HFCausalLM(nn.Module):
-    """A Hugging Face causal LM for next-token-prediction baselines, with honest per-row NFE."""
+    """A Hugging Face causal LM as a `kv_cache` network: NTP baselines (and SBD fine-tunes) decode it through
+    `NTPDecoder` / `SBDSampler` and the forward counter, like mdmkit's own causal models."""
 
     capabilities = frozenset({KV_CACHE})
 
@@ -126,11 +126,21 @@ class HFCausalLM(nn.Module):
     def n_layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
 
+    @property
+    def vocab_size(self) -> int:
+        """One past the largest token id the model reads or writes (its embedding and output rows)."""
+        sizes = [self.model.get_input_embeddings().num_embeddings]
+        output = self.model.get_output_embeddings()
+        if output is not None:
+            sizes.append(output.weight.shape[0])
+        return int(max(sizes))
+
     def forward(self, tokens: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
         """Logits [B, L, V]. A key-padding mask works as for any mdmkit network; a full bool mask
-        [B or 1, 1, L, cache + L] with explicit `positions` and an mdmkit `KVCache` (SBD training and decoding)
-        goes to the model as a 4D mask, position ids and a DynamicCache built from, and written back to, `cache`.
+        [B or 1, 1, L, cache + L] with explicit `positions` (SBD training) and an mdmkit `KVCache` (NTP and
+        SBD decoding) goes to the model as a 4D mask, position ids and a DynamicCache built from, and written
+        back to, `cache`.
         """
         batch, length = tokens.shape
         if cache is None and positions is None and (attn_mask is None or attn_mask.shape[-2] == 1):
@@ -159,51 +169,6 @@ class HFCausalLM(nn.Module):
                 cache.keys[layer] = keys[:, :, : before + commit]
                 cache.values[layer] = values[:, :, : before + commit]
         return logits
-
-    @torch.no_grad()
-    def greedy_generate(
-        self,
-        prompt_ids: torch.Tensor,
-        max_new_tokens: int,
-        stop_ids: list[int] | set[int] | None = None,
-        attention_mask: torch.Tensor | None = None,
-        stop_when: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy decoding with the KV cache over a left-padded batch `prompt_ids` [B, P].
-
-        Returns the generated tokens [B, T] (T <= max_new_tokens; a row's stop token is kept and everything
-        after it is `pad_id`) and each row's NFE [B]: one forward per token it generated. `stop_when` maps the
-        tokens generated so far [B, t] to rows that are finished (e.g. a stop phrase in the decoded text). Finished rows stay in
-        the batch (reordering the cache is not worth it for a baseline) but are no longer charged, since a
-        sampler that dropped them would not pay for them either.
-        """
-        batch = prompt_ids.shape[0]
-        device = prompt_ids.device
-        keep = (torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None
-                else attention_mask.to(device).bool())
-        stops = torch.tensor(sorted(stop_ids or []), dtype=torch.long, device=device)
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
-        nfe = torch.zeros(batch, dtype=torch.long)
-        generated: list[torch.Tensor] = []
-        inputs, position_ids, cache = prompt_ids, positions_from(keep), None
-        for _ in range(max_new_tokens):
-            out = self.model(input_ids=inputs, attention_mask=keep.long(), position_ids=position_ids,
-                             past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
-            nfe[(~done).cpu()] += 1
-            token = out.logits[:, -1].float().argmax(-1)
-            token = torch.where(done, self.pad_id, token)
-            generated.append(token)
-            done = done | torch.isin(token, stops)
-            if stop_when is not None:
-                done = done | stop_when(torch.stack(generated, 1)).to(device)
-            if bool(done.all()):
-                break
-            inputs = token[:, None]
-            position_ids = position_ids[:, -1:] + 1
-            keep = torch.cat([keep, torch.ones(batch, 1, dtype=torch.bool, device=device)], dim=1)
-        tokens = torch.stack(generated, 1) if generated else prompt_ids.new_zeros(batch, 0)
-        return tokens, nfe
 
 
 @dataclass

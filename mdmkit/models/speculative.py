@@ -15,46 +15,36 @@ The first masked position has no earlier masked token to learn from, so its targ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
-from mdmkit.core.config import Validated, require
+from mdmkit.core.config import require
 from mdmkit.models.denoiser import CAUSAL_HEAD
-from mdmkit.models.transformer import Block, MaskedTransformer, Rotary, TransformerConfig
+from mdmkit.models.transformer import Block, MaskedTransformer, Rotary, TransformerShape
 
 
 @dataclass
-class SpeculativeConfig(Validated):
-    """`n_noncausal` trunk blocks, then `n_causal` causal blocks of the same width; `vocab_size` and `max_len`
-    come from the task.
+class SpeculativeConfig(TransformerShape):
+    """`n_noncausal` trunk blocks, then `n_causal` causal blocks, all of the shared `TransformerShape` (its
+    fields: `vocab_size` and `max_len` from the task, width, heads, MLP ratio, dropout, positions).
 
     `freeze_noncausal` trains the causal blocks only (start from a trained MDM with `init_from=<mdm.pt>`).
     """
 
-    vocab_size: int
-    max_len: int
+    layer_counts: ClassVar[tuple[str, ...]] = ("n_noncausal", "n_causal")
+
     n_noncausal: int = 3
     n_causal: int = 1
-    d_model: int = 128
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
-    positions: Literal["learned", "rotary"] = "learned"
-    freeze_noncausal: bool = False
+    freeze_noncausal: bool = field(default=False, kw_only=True)
 
     def validate(self) -> None:
-        self.part(self.n_noncausal)  # the shared fields are checked where they are defined
-        require(self.n_causal >= 1, f"n_causal={self.n_causal} must be >= 1")
+        super().validate()
         if self.positions == "rotary":
             require((self.d_model // self.n_heads) % 4 == 0, "rotary causal blocks split each head between "
                     "two positions: the head dimension (d_model / n_heads) must be a multiple of 4")
-
-    def part(self, n_layers: int) -> TransformerConfig:
-        return TransformerConfig(self.vocab_size, self.max_len, n_layers, self.d_model, self.n_heads,
-                                 self.mlp_ratio, self.dropout, self.positions)
 
     def build(self) -> SpeculativeTransformer:
         return SpeculativeTransformer(self)
@@ -97,8 +87,8 @@ class SpeculativeTransformer(nn.Module):
     def __init__(self, config: SpeculativeConfig) -> None:
         super().__init__()
         self.config = config
-        self.trunk = MaskedTransformer(config.part(config.n_noncausal))
-        causal = config.part(config.n_causal)
+        self.trunk = MaskedTransformer(config.with_layers(config.n_noncausal))
+        causal = config.with_layers(config.n_causal)
         d_model, head_dim = config.d_model, config.d_model // config.n_heads
         rotary = SplitRotary(head_dim, config.max_len) if config.positions == "rotary" else None
         self.here = nn.Embedding(config.max_len, d_model) if rotary is None else None

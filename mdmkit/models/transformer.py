@@ -6,8 +6,8 @@ so, as in the EB-Sampler paper's small DiT, the network maps a partially masked 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import KW_ONLY, dataclass, fields
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,12 +19,15 @@ from mdmkit.models.denoiser import HIDDEN_STATES, KV_CACHE, KVCache
 
 
 @dataclass
-class TransformerConfig(Validated):
-    """Shape of the network. `vocab_size` and `max_len` come from the task."""
+class TransformerShape(Validated):
+    """What every block of a network shares; `vocab_size` and `max_len` come from the task. A subclass adds
+    its depth: fields named in `layer_counts`, which come right after `max_len` (the rest is keyword-only)."""
+
+    layer_counts: ClassVar[tuple[str, ...]] = ()
 
     vocab_size: int
     max_len: int
-    n_layers: int = 4
+    _: KW_ONLY
     d_model: int = 128
     n_heads: int = 4
     mlp_ratio: float = 4.0
@@ -32,13 +35,27 @@ class TransformerConfig(Validated):
     positions: Literal["learned", "rotary"] = "learned"
 
     def validate(self) -> None:
-        for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads"):
+        for name in ("vocab_size", "max_len", *self.layer_counts, "d_model", "n_heads"):
             require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
         require(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         require(self.mlp_ratio > 0, f"mlp_ratio={self.mlp_ratio} must be > 0")
         require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)")
         if self.positions == "rotary":
             require((self.d_model // self.n_heads) % 2 == 0, "rotary positions need an even head dimension")
+
+    def with_layers(self, n_layers: int) -> TransformerConfig:
+        """A plain transformer of this shape, `n_layers` blocks deep."""
+        shape = {field.name: getattr(self, field.name) for field in fields(TransformerShape)}
+        return TransformerConfig(**shape, n_layers=n_layers)
+
+
+@dataclass
+class TransformerConfig(TransformerShape):
+    """Shape of the network: `n_layers` blocks of the shared `TransformerShape`."""
+
+    layer_counts: ClassVar[tuple[str, ...]] = ("n_layers",)
+
+    n_layers: int = 4
 
     def build(self) -> MaskedTransformer:
         return MaskedTransformer(self)

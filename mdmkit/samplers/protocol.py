@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from mdmkit.core.config import Validated
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.stopping import Stop
 from mdmkit.samplers.counting import ForwardCounter
 
 
@@ -42,7 +42,7 @@ class Canvas:
     mask_id: int
     generator: torch.Generator | None = None  # the only source of randomness
     attention_mask: torch.Tensor | None = None  # [B, L], True = a real token: hides left padding
-    stop: StopCondition | None = None  # generate_until: rows end at a settled stop sequence
+    stop: Stop | None = None  # generate_until: rows end at a settled stop sequence
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Sampler(Validated):
         generator: torch.Generator | None = None,
         *,
         attention_mask: torch.Tensor | None = None,
-        stop: StopCondition | None = None,
+        stop: Stop | None = None,
     ) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L].
 

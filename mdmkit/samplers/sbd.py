@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.core.stopping import StopCondition
+from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
@@ -174,7 +174,7 @@ def _refuse_padding(attention_mask: torch.Tensor | None) -> None:
         raise ValueError("causal decoding takes left-aligned prompts (prompt then masks), not a padding mask")
 
 
-def _decoding_rows(state: _CausalDecodeState, stop: StopCondition | None,
+def _decoding_rows(state: _CausalDecodeState, stop: Stop | None,
                    counter: ForwardCounter) -> torch.Tensor:
     """Rows with positions left to fill and no stop sequence yet (stopped rows get their NFE noted)."""
     open_rows = state.cursor < state.length
@@ -211,7 +211,7 @@ class SBDSampler(Sampler):
     """
 
     block_size: int = 16
-    rule: MaskedSampler = field(default_factory=lambda: EBSampler(gamma=0.1))
+    rule: MaskedSampler = field(default_factory=lambda: EBSampler(gamma=0.1, ordering="entropy"))
     use_cache: bool = True
 
     requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})

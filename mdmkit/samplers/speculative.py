@@ -105,7 +105,7 @@ class WindowSampler(Sampler):
     """
 
     window: Literal["linear", "cosine"] = "cosine"
-    window_param: float = 0.1
+    window_param: float = 0.083  # cosine: ~1/12 of the time per trunk pass
     ordering: str = "random"
     temperature: float = 1.0
     top_p: float = 1.0

@@ -45,6 +45,12 @@ class OptimConfig(Validated):
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def step_generator(module: L.LightningModule, salt: int) -> torch.Generator:
+    """Noise for one step (`salt`) of a run: a function of (seed, step, rank), so a resumed run draws the same."""
+    seed = stream_seed(module.config["seed"], salt, module.global_rank, module.trainer.world_size)
+    return seeded_generator(seed, module.device)
+
+
 class MDMModule(L.LightningModule):
     """Network + objective + EMA; validation reports masked loss and a fixed sampler's accuracy."""
 
@@ -69,14 +75,9 @@ class MDMModule(L.LightningModule):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.network(tokens)
 
-    def _generator(self, salt: int) -> torch.Generator:
-        """Masking noise is a function of (seed, step, rank), so a resumed run draws the same noise."""
-        seed = stream_seed(self.config["seed"], salt, self.global_rank, self.trainer.world_size)
-        return seeded_generator(seed, self.device)
-
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch
-        generator = self._generator(self.global_step)
+        generator = step_generator(self, self.global_step)
         loss, metrics = self.objective(self.network, tokens, answer_mask, self.task.mask_id, generator)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
@@ -91,7 +92,7 @@ class MDMModule(L.LightningModule):
         tokens, answer_mask = batch
         with self.ema.swapped_in(self.network):
             loss, metrics = self.objective(
-                self.network, tokens, answer_mask, self.task.mask_id, self._generator(-1 - batch_idx)
+                self.network, tokens, answer_mask, self.task.mask_id, step_generator(self, -1 - batch_idx)
             )
             split = Split(tokens, answer_mask, keys=None)
             result = sample_split(self.network, self.task, split, self.val_sampler, batch_size=len(tokens))

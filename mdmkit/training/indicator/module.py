@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import BinaryAccuracy, BinaryPrecision, BinaryRecall
 
 from mdmkit.core.config import build, require
-from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.core.seeding import seeded_generator
 from mdmkit.io.checkpoint import TrainedModel, build_task
 from mdmkit.models.indicator import IndicatorScorer, exclude_mask, features
 from mdmkit.objectives.indicator import draw_rollback, merge_labels, rollback_state
@@ -27,7 +27,7 @@ from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.protocol import Sampled
 from mdmkit.training.indicator.data import Batch
 from mdmkit.training.indicator.trajectories import TrajectoryConfig
-from mdmkit.training.module import OptimConfig
+from mdmkit.training.module import OptimConfig, step_generator
 
 
 class IndicatorModule(L.LightningModule):
@@ -56,11 +56,6 @@ class IndicatorModule(L.LightningModule):
         self.base.eval()  # frozen: never in training mode
         return self
 
-    def _generator(self, salt: int) -> torch.Generator:
-        """Rollback steps are a function of (seed, step, rank), so a resumed run draws the same ones."""
-        seed = stream_seed(self.config["seed"], salt, self.global_rank, self.trainer.world_size)
-        return seeded_generator(seed, self.device)
-
     def _labelled(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Indicator logits [N, 2] and merge labels [N] of the still-masked positions at random rollbacks."""
         tokens, reveal_step, steps = batch
@@ -82,7 +77,7 @@ class IndicatorModule(L.LightningModule):
         return (logits[:, 1] - logits[:, 0]) >= self.threshold
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._labelled(batch, self._generator(self.global_step))
+        logits, labels = self._labelled(batch, step_generator(self, self.global_step))
         loss = F.cross_entropy(logits, labels)
         predicted, positive = self._predicted(logits), labels.bool()
         hits = (predicted & positive).sum()
@@ -96,7 +91,7 @@ class IndicatorModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        logits, labels = self._labelled(batch, self._generator(-1 - batch_idx))
+        logits, labels = self._labelled(batch, step_generator(self, -1 - batch_idx))
         size = len(batch[0])
         self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True, batch_size=size, sync_dist=True)
         for name, metric in self.val_metrics.items():
@@ -111,7 +106,7 @@ class IndicatorModule(L.LightningModule):
         mask_id = self.task.mask_id
         prompts = tokens.masked_fill(reveal_step >= 0, mask_id)
         counter = ForwardCounter(self.base, size)
-        sampled = self.sampler.sample(counter, prompts, mask_id, torch.Generator(self.device).manual_seed(0))
+        sampled = self.sampler.sample(counter, prompts, mask_id, seeded_generator(0, self.device))
         floor = oracle_floor(self.base, prompts, Sampled(tokens, reveal_step, steps), mask_id)
         self.log_dict({  # floats: the counter's tallies live on the CPU
             "val/ni_agreement": float((sampled.tokens == tokens).all(1).float().mean()),

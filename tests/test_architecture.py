@@ -1,0 +1,60 @@
+"""The package's shape holds: layers import only downwards, no module imports itself back, light imports stay light.
+
+The layers contract lives in pyproject.toml ([tool.importlinter]) and is checked by import-linter. To show that
+the check can fail, one test runs it on a copy of the package with a single upward import added.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    """import-linter on the `mdmkit` found first on the path from `root`, with `root`'s pyproject.toml."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache", "--no-logo"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_layers_contract_holds() -> None:
+    result = _lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+def test_the_layers_contract_fails_on_an_upward_import(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "mdmkit", tmp_path / "mdmkit", ignore=shutil.ignore_patterns("__pycache__", "conf"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    tasks = tmp_path / "mdmkit/tasks/base.py"
+    tasks.write_text(tasks.read_text() + "\nfrom mdmkit.samplers.masked import TopKSampler  # upward\n")
+    result = _lint(tmp_path)
+    assert result.returncode != 0
+    assert "mdmkit.tasks is not allowed to import mdmkit.samplers" in result.stdout
+    assert "mdmkit.tasks.base -> mdmkit.samplers.masked" in result.stdout
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle anywhere, also inside a layer (the contract only orders the layers)."""
+    graph = grimp.build_graph("mdmkit")
+    cycles = [
+        (module, other) for module in graph.modules for other in graph.find_modules_directly_imported_by(module)
+        if module != other and graph.chain_exists(importer=other, imported=module)
+    ]
+    assert not cycles, f"import cycles through: {sorted(cycles)[:5]}"
+
+
+def test_importing_a_task_loads_neither_samplers_nor_models() -> None:
+    code = ("import sys, mdmkit.tasks.sudoku, mdmkit.tasks.maze, mdmkit.tasks.gsm8k, mdmkit.tasks.code; "
+            "print(sorted(m for m in sys.modules if m.startswith(('mdmkit.samplers', 'mdmkit.models', "
+            "'mdmkit.evaluation', 'mdmkit.training', 'lightning'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert loaded.stdout.strip() == "[]"
