@@ -1,8 +1,9 @@
 """One source of truth for defaults: the YAML options and the dataclasses they build agree.
 
-Sampler options state every field of their class: Hydra accepts `sampler.<field>=...` only for keys the
-option has, sweeps grid only over them, and results rows are keyed by the composed dict, so the stored
-rows of docs/results must come back unchanged from today's options.
+Sampler options, as composed (the fields every masked-loop sampler shares come from
+`conf/sampler_fields/masked_loop.yaml`), state every field of their class: Hydra accepts `sampler.<field>=...`
+only for keys the option has, sweeps grid only over them, and results rows are keyed by the composed dict, so
+the stored rows of docs/results must come back unchanged from today's options.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
+
+from mdmkit.core.config import option
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -37,6 +40,9 @@ def dataclass_nodes(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]
 
 
 def raw_config(path: Path) -> dict[str, Any]:
+    """A config file's content; a sampler option as `sampler=<name>` selects it (with what it inherits)."""
+    if path.parent == CONF / "sampler":
+        return option("sampler", path.stem)
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
@@ -111,16 +117,16 @@ def test_stored_rows_keep_their_sampler_dicts_under_todays_options() -> None:
     hash over that dict) does too and `resume` still recognises every stored measurement."""
     options: dict[str, list[Any]] = defaultdict(list)
     for path in SAMPLER_OPTIONS:
-        option = OmegaConf.load(path)
-        OmegaConf.set_struct(option, True)  # as Hydra composes: an override may not add a key
-        options[option._target_].append(option)
+        composed = OmegaConf.create(raw_config(path))
+        OmegaConf.set_struct(composed, True)  # as Hydra composes: an override may not add a key
+        options[composed._target_].append(composed)
     samplers = stored_samplers()
     assert len(samplers) > 100
     for sampler in samplers:
         composed = []
-        for option in options[sampler["_target_"]]:
+        for candidate in options[sampler["_target_"]]:
             try:
-                composed.append(OmegaConf.to_container(OmegaConf.merge(option, sampler)))
+                composed.append(OmegaConf.to_container(OmegaConf.merge(candidate, sampler)))
             except ConfigKeyError:  # another option of the class (NI on another base)
                 continue
         assert sampler in composed, sampler

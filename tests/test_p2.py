@@ -10,9 +10,8 @@ import pytest
 import torch
 from fakes import FixedConfidence as Fixed
 from fakes import random_transformer
-from omegaconf import OmegaConf
 
-from mdmkit.core.config import build
+from mdmkit.core.config import build, option
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.evaluation.resolve import build_sampler
@@ -231,7 +230,7 @@ def test_bad_config_is_a_config_error(fields: dict) -> None:
 
 
 def test_config_file_builds_the_defaults_and_rejects_misuse() -> None:
-    assert build(OmegaConf.load(ROOT / "conf/sampler/p2.yaml"), "sampler") == P2Sampler()
+    assert build(option("sampler", "p2"), "sampler") == P2Sampler()
     with pytest.raises(ConfigError, match="score='confidence'"):
         P2Sampler(score="random", planner=Fixed(CONF))
     with pytest.raises(ValueError, match="stop conditions"):

@@ -13,9 +13,8 @@ import torch
 from conftest import TINY, compose_config
 from fakes import HybridTable as Table
 from fakes import random_transformer
-from omegaconf import OmegaConf
 
-from mdmkit.core.config import build
+from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.io.checkpoint import TrainedModel
@@ -392,9 +391,8 @@ def test_bad_config_is_a_config_error(cls: type, fields: dict) -> None:
 
 
 def test_config_files_build_and_misuse_is_refused() -> None:
-    conf = ROOT / "conf"
     def load(name: str, **kwargs: int) -> object:
-        return build(OmegaConf.load(conf / f"{name}.yaml"), name, **kwargs)
+        return build(option(*name.split("/")), name, **kwargs)
 
     assert load("sampler/speculative") == SpeculativeSampler(window_param=0.083)
     assert load("sampler/window") == WindowSampler(window_param=0.083)

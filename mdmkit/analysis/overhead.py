@@ -22,15 +22,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from mdmkit.core.config import build
+from mdmkit.core.config import build, option
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers import (
     DreamStepsSampler,
@@ -125,8 +123,7 @@ def load_network(checkpoint: Path | None, task: SudokuTask) -> tuple[torch.nn.Mo
     """
     if checkpoint is not None:
         return TrainedModel(checkpoint).network(task), f"trained checkpoint {checkpoint}"
-    config = OmegaConf.create((files("mdmkit.conf") / "model" / "cpu.yaml").read_text())
-    spec = build(config, "model", vocab_size=task.vocab_size, max_len=task.seq_len)
+    spec = build(option("model", "cpu"), "model", vocab_size=task.vocab_size, max_len=task.seq_len)
     torch.manual_seed(0)
     return spec.build().eval(), "random init (no trained checkpoint found), CPU-default shape"
 

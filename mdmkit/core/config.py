@@ -129,3 +129,27 @@ def to_container(node: DictConfig | dict) -> dict[str, Any]:
     if isinstance(node, DictConfig):
         return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
     return dict(node)
+
+
+def option(group: str, name: str) -> dict[str, Any]:
+    """Option `name` of config group `group` as `group=name` selects it: composed by Hydra, so the shared fields
+    an option inherits through its defaults list are included.
+
+    Inside a running Hydra app its search path (and so a user's own config groups) applies; elsewhere the
+    packaged configs do.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import MissingConfigException
+
+    def composed() -> dict[str, Any]:
+        try:
+            return to_container(compose(overrides=[f"+{group}={name}"])[group])
+        except MissingConfigException:
+            known = GlobalHydra.instance().config_loader().get_group_options(group)
+            raise ConfigError(f"{group}={name}: no such option (known: {', '.join(known)})") from None
+
+    if GlobalHydra.instance().is_initialized():
+        return composed()
+    with initialize_config_module("mdmkit.conf", version_base="1.3"):
+        return composed()

@@ -18,7 +18,6 @@ causal models the exact sum of token log-probabilities. `loglikelihood_rolling` 
 from __future__ import annotations
 
 import json
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from lm_eval.api.registry import register_model
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from mdmkit.core.config import build, require
+from mdmkit.core.config import build, option, require
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
@@ -39,12 +38,10 @@ _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
 
 def sampler_from_args(name: str, overrides: dict[str, Any]):
     """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated."""
-    path = files("mdmkit.conf") / "sampler" / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.name.removesuffix(".yaml") for p in (files("mdmkit.conf") / "sampler").iterdir()
-                       if p.name.endswith(".yaml"))
-        raise ConfigError(f"sampler={name}: no such sampler (known: {', '.join(known)})")
-    node = OmegaConf.merge(OmegaConf.load(str(path)), overrides)
+    try:
+        node = OmegaConf.merge(option("sampler", name), overrides)
+    except ConfigError as error:
+        raise ConfigError(f"sampler={name}: no such sampler ({error})") from None
     return build(node, "sampler"), OmegaConf.to_container(node)
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require, to_container
+from mdmkit.core.config import build, option, require, to_container
+from mdmkit.core.errors import ConfigError
 from mdmkit.io.results import canonical
 
 
@@ -25,10 +25,11 @@ class SweepJob:
 
 
 def sampler_preset(name: str) -> dict[str, Any]:
-    """The packaged `conf/sampler/<name>.yaml` as a dict."""
-    path = files("mdmkit.conf") / "sampler" / f"{name}.yaml"
-    require(path.is_file(), f"sweep: unknown sampler '{name}' (no conf/sampler/{name}.yaml)")
-    return to_container(OmegaConf.create(path.read_text()))
+    """The sampler option `name` (`conf/sampler/<name>.yaml` with what it inherits) as a dict."""
+    try:
+        return option("sampler", name)
+    except ConfigError as error:
+        raise ConfigError(f"sweep: unknown sampler '{name}' ({error})") from None
 
 
 def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
