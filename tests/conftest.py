@@ -52,6 +52,22 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def masked_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Hugging Face masked LM with its tokenizer, saved once per session."""
+    from tiny_text_models import save_masked_lm
+
+    return save_masked_lm(tmp_path_factory.mktemp("masked"))
+
+
+@pytest.fixture(scope="session")
+def causal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Hugging Face causal LM with its tokenizer, saved once per session."""
+    from tiny_text_models import save_causal_lm
+
+    return save_causal_lm(tmp_path_factory.mktemp("causal"))
+
+
 def compose_config(config_name: str = "train", overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     with initialize_config_module("mdmkit.conf", version_base="1.3"):
         return compose(config_name, overrides=list(overrides))

@@ -19,7 +19,6 @@ pytest.importorskip("transformers")
 
 import lm_eval  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
-from tiny_text_models import save_causal_lm, save_masked_lm  # noqa: E402
 
 from mdmkit.core.errors import CapabilityError, ConfigError  # noqa: E402
 from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
@@ -58,16 +57,6 @@ filter_list:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_masked_lm(tmp_path_factory.mktemp("masked"))
-
-
-@pytest.fixture(scope="module")
-def causal_dir(tmp_path_factory) -> Path:
-    return save_causal_lm(tmp_path_factory.mktemp("causal"))
-
-
-@pytest.fixture(scope="module")
 def task_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("tasks")
     (directory / "gsm8k_local.yaml").write_text(GSM8K_YAML.format(data=BENCHMARK_DATA.resolve()))
@@ -75,10 +64,10 @@ def task_dir(tmp_path_factory) -> Path:
 
 
 @needs_data
-def test_simple_evaluate_runs_offline_with_a_selected_sampler(model_dir, task_dir, tmp_path):
+def test_simple_evaluate_runs_offline_with_a_selected_sampler(masked_dir, task_dir, tmp_path):
     nfe_file = tmp_path / "nfe.jsonl"
     results = lm_eval.simple_evaluate(
-        model="mdmkit", model_args=f"ckpt={model_dir},sampler=threshold,tau=0.5,nfe_file={nfe_file}",
+        model="mdmkit", model_args=f"ckpt={masked_dir},sampler=threshold,tau=0.5,nfe_file={nfe_file}",
         tasks=["gsm8k_local"], limit=3, batch_size=2, device="cpu",
         task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
     )
@@ -90,10 +79,10 @@ def test_simple_evaluate_runs_offline_with_a_selected_sampler(model_dir, task_di
 
 
 @needs_data
-def test_the_console_script_is_lm_evals_cli_with_mdmkit_registered(model_dir, task_dir, tmp_path):
+def test_the_console_script_is_lm_evals_cli_with_mdmkit_registered(masked_dir, task_dir, tmp_path):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-c", "from mdmkit.cli import lm_eval; lm_eval()", "--model", "mdmkit",
-               "--model_args", f"ckpt={model_dir},sampler=eb,gamma=0.1", "--include_path", str(task_dir),
+               "--model_args", f"ckpt={masked_dir},sampler=eb,gamma=0.1", "--include_path", str(task_dir),
                "--tasks", "gsm8k_local", "--limit", "2", "--batch_size", "2"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -104,8 +93,8 @@ def _request(*args):
     return SimpleNamespace(args=args)
 
 
-def test_generate_until_stops_rows_at_until_during_sampling(model_dir):
-    lm = MdmkitLM(ckpt=str(model_dir), sampler="topk", k=1, device="cpu", batch_size=2)
+def test_generate_until_stops_rows_at_until_during_sampling(masked_dir):
+    lm = MdmkitLM(ckpt=str(masked_dir), sampler="topk", k=1, device="cpu", batch_size=2)
     # "a" is a likely token for nothing in particular, so use every single character: some will appear early
     until = list("abcdefghijklmnopqrstuvwxyz0123456789 ")
     out = lm.generate_until([_request("def f(x):", {"until": until, "max_gen_toks": 12}),
@@ -114,16 +103,16 @@ def test_generate_until_stops_rows_at_until_during_sampling(model_dir):
     assert any(r["nfe_to_stop"] < 12 for r in lm.nfe_records)  # at least one row stopped before the end
 
 
-def test_bad_model_args_fail_with_one_clear_error(model_dir):
+def test_bad_model_args_fail_with_one_clear_error(masked_dir):
     with pytest.raises(ConfigError, match="no such sampler"):
-        MdmkitLM(ckpt=str(model_dir), sampler="nope")
+        MdmkitLM(ckpt=str(masked_dir), sampler="nope")
     with pytest.raises(ConfigError, match="gamma"):
-        MdmkitLM(ckpt=str(model_dir), sampler="eb", gamma=-1.0)
+        MdmkitLM(ckpt=str(masked_dir), sampler="eb", gamma=-1.0)
     with pytest.raises(ConfigError, match="unknown key"):
-        MdmkitLM(ckpt=str(model_dir), sampler="eb", gammma=0.1)
+        MdmkitLM(ckpt=str(masked_dir), sampler="eb", gammma=0.1)
     with pytest.raises(ConfigError, match="ckpt"):
         MdmkitLM()
-    lm = MdmkitLM(ckpt=str(model_dir), device="cpu")
+    lm = MdmkitLM(ckpt=str(masked_dir), device="cpu")
     with pytest.raises(NotImplementedError, match="loglikelihood_rolling"):
         lm.loglikelihood_rolling([_request("text")])
 
@@ -139,9 +128,9 @@ def test_kind_causal_decodes_with_ntp_through_the_counter(causal_dir):
     assert sampled.sampler.temperature == 0.5
 
 
-def test_a_sampler_of_the_wrong_kind_is_refused_in_one_line(model_dir, causal_dir):
+def test_a_sampler_of_the_wrong_kind_is_refused_in_one_line(masked_dir, causal_dir):
     for args, hint in (({"ckpt": str(causal_dir), "kind": "causal", "sampler": "eb"}, "sampler=ntp"),
-                       ({"ckpt": str(model_dir), "sampler": "ntp"}, "masked sampler")):
+                       ({"ckpt": str(masked_dir), "sampler": "ntp"}, "masked sampler")):
         with pytest.raises(CapabilityError, match=hint) as error:
             MdmkitLM(device="cpu", **args)
         assert "\n" not in str(error.value)
@@ -165,8 +154,8 @@ def _exact_elbo(network, mask_id, context, continuation):
     return value
 
 
-def test_masked_elbo_matches_its_enumerated_expectation(model_dir):
-    lm = MdmkitLM(ckpt=str(model_dir), device="cpu")
+def test_masked_elbo_matches_its_enumerated_expectation(masked_dir):
+    lm = MdmkitLM(ckpt=str(masked_dir), device="cpu")
     network, mask_id = lm.model.network, lm.model.network.mask_id
     context, continuation = [40, 41, 42], [50, 51, 52]
     exact = _exact_elbo(network, mask_id, context, continuation)
@@ -179,15 +168,15 @@ def test_masked_elbo_matches_its_enumerated_expectation(model_dir):
     assert one <= 0
 
 
-def test_loglikelihood_returns_one_pair_per_request(model_dir):
-    lm = MdmkitLM(ckpt=str(model_dir), device="cpu", mc_samples=8)
+def test_loglikelihood_returns_one_pair_per_request(masked_dir):
+    lm = MdmkitLM(ckpt=str(masked_dir), device="cpu", mc_samples=8)
     out = lm.loglikelihood([_request("Question: 2+2?\nAnswer:", " 4"), _request("def f", "(x):")],
                            disable_tqdm=True)
     assert len(out) == 2 and all(score < 0 and greedy is False for score, greedy in out)
 
 
 @needs_data
-def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(model_dir, monkeypatch):
+def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(masked_dir, monkeypatch):
     from mdmkit.lm_eval_tasks import utils
     from mdmkit.sandbox import ENV_VAR
 
@@ -196,7 +185,7 @@ def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(mode
     utils.task.cache_clear()
     tasks = Path(utils.__file__).parent
     results = lm_eval.simple_evaluate(
-        model="mdmkit", model_args=f"ckpt={model_dir},sampler=eb,gamma=0.1", gen_kwargs="max_gen_toks=6",
+        model="mdmkit", model_args=f"ckpt={masked_dir},sampler=eb,gamma=0.1", gen_kwargs="max_gen_toks=6",
         tasks=["mdmkit_gsm8k", "mdmkit_humaneval", "mdmkit_mbpp"], limit=2, batch_size=2, device="cpu",
         task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
     )

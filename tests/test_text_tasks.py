@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from conftest import BENCHMARK_DATA, compose_config
 
 pytest.importorskip("transformers")
 
-from tiny_text_models import byte_level_tokenizer, save_causal_lm, save_masked_lm
+from tiny_text_models import byte_level_tokenizer
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CapabilityError, ConfigError, DataFormatError
@@ -26,16 +25,6 @@ from mdmkit.tasks.gsm8k import GSM8KTask, worked_solution
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "mbpp.jsonl").exists(),
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")
 DATA = str(BENCHMARK_DATA)
-
-
-@pytest.fixture(scope="module")
-def masked_dir(tmp_path_factory) -> Path:
-    return save_masked_lm(tmp_path_factory.mktemp("masked"))
-
-
-@pytest.fixture(scope="module")
-def causal_dir(tmp_path_factory) -> Path:
-    return save_causal_lm(tmp_path_factory.mktemp("causal"))
 
 
 # -- prompts ----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from mdmkit.samplers.budget import (
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 _NO_BLOCK = torch.iinfo(torch.long).max
 # (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
@@ -105,7 +105,7 @@ class MaskedSampler(Sampler):
         state of the same forward, so the network needs the `hidden_states` capability).
         """
         tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask, stop = canvas.attention_mask, canvas.stop
+        attention_mask = canvas.attention_mask
         x = tokens.clone()
         batch, length = x.shape
         device = x.device
@@ -159,11 +159,7 @@ class MaskedSampler(Sampler):
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
             steps[rows] += 1
             step_in_block[rows] += 1
-            if stop is not None:
-                done = rows[stop.met(x[rows], answer[rows], mask_id)]
-                network.mark_stopped(done)
-                if self.stop_early:
-                    active[done] = False
+            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
 
 
 @dataclass

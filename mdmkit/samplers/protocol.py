@@ -45,6 +45,18 @@ class Canvas:
     stop: Stop | None = None  # generate_until: rows end at a settled stop sequence
 
 
+def settle_stopped(network: ForwardCounter, canvas: Canvas, x: torch.Tensor, answer: torch.Tensor,
+                   rows: torch.Tensor, active: torch.Tensor, stop_early: bool) -> None:
+    """After a step of `rows` of the state `x`: note the NFE of the rows whose stop sequence is now settled
+    and, with `stop_early`, take them out of `active` (the rows that keep being sampled)."""
+    if canvas.stop is None:
+        return
+    done = rows[canvas.stop.met(x[rows], answer[rows], canvas.mask_id)]
+    network.mark_stopped(done)
+    if stop_early:
+        active[done] = False
+
+
 @dataclass
 class Sampler(Validated):
     """Base of every sampler: masked diffusion (ordering x budget x choice), P2, NI, NTP and SBD, window and

@@ -28,7 +28,7 @@ from mdmkit.models.speculative import Trunk, gather_positions
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ordering import ERROR_PROXIES
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 _SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
 
@@ -126,7 +126,7 @@ class WindowSampler(Sampler):
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L]; a step is one trunk pass."""
         tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask, stop = canvas.attention_mask, canvas.stop
+        attention_mask = canvas.attention_mask
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("window and speculative sampling take unpadded batches (no attention_mask)")
         x = tokens.clone()
@@ -147,11 +147,7 @@ class WindowSampler(Sampler):
             x[rows] = torch.where(reveal, step.proposal, x[rows])
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
             steps[rows] += 1
-            if stop is not None:
-                done = rows[stop.met(x[rows], answer[rows], mask_id)]
-                network.mark_stopped(done)
-                if self.stop_early:
-                    active[done] = False
+            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
 
     def _trunk(self, counter: ForwardCounter, state: torch.Tensor,
                rows: torch.Tensor) -> tuple[torch.Tensor, Trunk | None]:
