@@ -12,6 +12,9 @@ position even when later ones are right (the order constraint). Positions of the
 from __future__ import annotations
 
 import torch
+from torch import nn
+
+from mdmkit.models.indicator import Indicator, exclude_mask, features
 
 _NEVER = torch.iinfo(torch.long).max
 
@@ -47,3 +50,21 @@ def merge_labels(
     wrong_later = (predicted != tokens) & (reveal_step > done[:, None])
     bound = torch.minimum(torch.where(wrong_later, reveal_step, _NEVER).amin(1), n_steps)
     return (reveal_step >= done[:, None]) & (reveal_step < bound[:, None])
+
+
+def labelled_examples(base: nn.Module, indicator: Indicator, trajectories: tuple[torch.Tensor, ...],
+                      mask_id: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The indicator's training examples from a batch of trajectories (tokens, reveal_step, steps): its logits
+    [N, 2] and the merge labels [N] of the still-masked positions at a random rollback per row. The frozen
+    `base` network (capability `hidden_states`) runs without gradients; the loss is their cross-entropy."""
+    tokens, reveal_step, steps = trajectories
+    done = draw_rollback(steps, generator)
+    with torch.no_grad():
+        state = rollback_state(tokens, reveal_step, done, mask_id)
+        logits, hidden = base.forward_with_hidden(state)
+        logits = exclude_mask(logits, mask_id)
+        labels = merge_labels(logits.argmax(-1), tokens, reveal_step, done, steps)
+        scored = reveal_step >= done[:, None]
+        config = indicator.config
+        inputs = features(base.embed, logits[scored], hidden[scored], config.top_tokens, config.top_probs)
+    return indicator(inputs), labels[scored].long()

@@ -19,8 +19,8 @@ from torchmetrics.classification import BinaryAccuracy, BinaryPrecision, BinaryR
 from mdmkit.core.config import build, require
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.io.checkpoint import TrainedModel, build_task
-from mdmkit.models.indicator import IndicatorScorer, exclude_mask, features
-from mdmkit.objectives.indicator import draw_rollback, merge_labels, rollback_state
+from mdmkit.models.indicator import IndicatorScorer
+from mdmkit.objectives.indicator import labelled_examples
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.ni import NISampler, log_odds_threshold
 from mdmkit.samplers.oracle import oracle_floor
@@ -57,20 +57,7 @@ class IndicatorModule(L.LightningModule):
         return self
 
     def _labelled(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """Indicator logits [N, 2] and merge labels [N] of the still-masked positions at random rollbacks."""
-        tokens, reveal_step, steps = batch
-        done = draw_rollback(steps, generator)
-        with torch.no_grad():
-            state = rollback_state(tokens, reveal_step, done, self.task.mask_id)
-            logits, hidden = self.base.forward_with_hidden(state)
-            logits = exclude_mask(logits, self.task.mask_id)
-            labels = merge_labels(logits.argmax(-1), tokens, reveal_step, done, steps)
-            scored = reveal_step >= done[:, None]
-            config = self.indicator.config
-            inputs = features(
-                self.base.embed, logits[scored], hidden[scored], config.top_tokens, config.top_probs
-            )
-        return self.indicator(inputs), labels[scored].long()
+        return labelled_examples(self.base, self.indicator, batch, self.task.mask_id, generator)
 
     def _predicted(self, logits: torch.Tensor) -> torch.Tensor:
         """Positive-class decisions at the sampler's epsilon."""
