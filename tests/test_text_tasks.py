@@ -281,14 +281,16 @@ def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp
     from mdmkit.evaluation.evaluate import run_evaluation
 
     missing = tmp_path / "not-loaded"  # the sampler is refused before the weights are looked for
+    data = tmp_path / "data"  # nor is any data read
+    data.mkdir()
     for sampler in ([], ["sampler=eb"]):  # evaluate.yaml's default sampler is a masked one
         cfg = compose_config("evaluate", [
-            "task=gsm8k", f"task.data_dir={DATA}", f"ckpt={missing}", "hf.kind=causal", *sampler, "device=cpu",
+            "task=gsm8k", f"task.data_dir={data}", f"ckpt={missing}", "hf.kind=causal", *sampler, "device=cpu",
             f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
         with pytest.raises(CapabilityError, match="pass sampler=ntp") as error:
             run_evaluation(cfg, tmp_path)
         assert "\n" not in str(error.value)
-    cfg = compose_config("evaluate", ["task=gsm8k", f"task.data_dir={DATA}", f"ckpt={missing}", "sampler=ntp",
+    cfg = compose_config("evaluate", ["task=gsm8k", f"task.data_dir={data}", f"ckpt={missing}", "sampler=ntp",
                                       "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
     with pytest.raises(CapabilityError, match="masked sampler"):
         run_evaluation(cfg, tmp_path)
