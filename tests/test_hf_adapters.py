@@ -167,21 +167,35 @@ class _ShiftedStub(torch.nn.Module):
         return SimpleNamespace(logits=logits.expand(input_ids.shape[0], -1, -1))
 
 
-def test_dream_shift_realigns_logits_by_one_position() -> None:
+def test_shift_realigns_logits_by_one_position() -> None:
     stub = _ShiftedStub()
-    network = HFMaskedDiffusion(stub, mask_id=5, shift=True, kind="dream")
+    network = HFMaskedDiffusion(stub, mask_id=5, shift=True)
     predicted = network(torch.zeros(2, 10, dtype=torch.long)).argmax(-1)
     length = torch.arange(10)
     expected = (length - 1 + 100) % stub.vocab
     expected[0] = 100  # position 0 keeps its own logits
     assert torch.equal(predicted, expected.expand(2, -1))
-    assert stub.seen == "full"  # no padding: Dream's own "full" attention
     keep = torch.ones(2, 1, 1, 10, dtype=torch.bool)
     keep[0, ..., :3] = False
     network(torch.zeros(2, 10, dtype=torch.long), keep)
-    assert stub.seen.shape == (2, 1, 10, 10) and not stub.seen[0, 0, 0].any() and stub.seen[1].all()
+    assert torch.equal(stub.seen, keep[:, 0, 0].long())  # a key-padding mask goes in as HF's attention_mask
     unshifted = HFMaskedDiffusion(stub, mask_id=5, shift=False)
     assert torch.equal(unshifted(torch.zeros(1, 10, dtype=torch.long)).argmax(-1)[0], (length + 100) % 128)
+
+
+def test_llada_and_dream_checkpoints_without_a_tokenizer_fail_before_the_weights(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    # LLaDA and Dream load into mdmkit's own network (tests/test_native_llms.py checks it against the hub code);
+    # their tokenizer is read first, so a directory without one fails in one line before any weight is read.
+    read = []
+    monkeypatch.setattr("mdmkit.models.hf.load_diffusion_lm", lambda *args: read.append(args))
+    (tmp_path / "model").mkdir()
+    for kind in ("llada", "dream"):
+        with pytest.raises(CheckpointError, match="cannot load the tokenizer of"):
+            load_masked_diffusion(str(tmp_path / "model"), kind)
+    assert not read
+    with pytest.raises(CheckpointError, match="kind='bert' is not one of generic, llada, dream"):
+        load_masked_diffusion(str(tmp_path / "model"), "bert")
 
 
 # -- causal LM adapter -----------------------------------------------------------------------------

@@ -7,8 +7,8 @@ samplers need more, and each such need is a named capability that a network clas
 - `kv_cache`: incremental decoding. The network takes `positions`, a `KVCache` and `commit=n` (append the keys
   and values of the first n tokens of this call) and reports its depth `n_layers`; `attn_mask` then spans the
   cached entries followed by this call's tokens. Causal decoding (NTP, SBD) needs it, and approximate caches
-  for bidirectional models need nothing more: Fast-dLLM's prefix cache commits the prompt once, its dual cache
-  commits the whole canvas once per block and hides the block's own (stale) entries through `attn_mask`.
+  for bidirectional models need nothing more: the prefix and dual caches (`mdmkit/samplers/kv_cache.py`) commit
+  the whole canvas once per block and hide, through `attn_mask`, the entries a query may not use.
 - `hidden_states`: the last hidden state of the same forward (`forward_with_hidden`) and the input embedding
   `embed`, which NI sampling's indicator reads.
 - `causal_head`: the self-speculative hybrid's trunk pass (`noncausal`) and causal verification pass (`causal`,

@@ -1,9 +1,11 @@
 """Hugging Face models behind mdmkit's network interface.
 
 mdmkit samplers call `network(tokens, attn_mask=...)` with a key-padding mask [B, 1, 1, L] (True = may attend)
-and expect logits [B, L, V]. These adapters translate that call for a pretrained masked LM (BERT-style, LLaDA,
-Dream) so every sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes
-through the same causal decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models.
+and expect logits [B, L, V]. These adapters translate that call for a pretrained BERT-style masked LM so every
+sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes through the same causal
+decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models. LLaDA and Dream load into
+mdmkit's own network instead (`diffusion_lm`, `llm_checkpoints`): their hub code does not run under transformers
+5, and no remote code is executed to load them.
 
 `transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
 """
@@ -21,10 +23,12 @@ from torch import nn
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache
+from mdmkit.models.diffusion_lm import DiffusionLM
+from mdmkit.models.llm_checkpoints import load_diffusion_lm
 
 Kind = Literal["generic", "llada", "dream"]
-LLADA_MASK_ID = 126336  # LLaDA's [MASK] id, as documented in its model card and generate.py
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_BPE_FILES = ("vocab.json", "merges.txt")  # a byte-level BPE without tokenizer.json (Dream's hub files)
 
 
 def key_padding(attn_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
@@ -66,21 +70,18 @@ def _accepts(model: nn.Module, name: str) -> bool:
 class HFMaskedDiffusion(nn.Module):
     """A Hugging Face masked LM as an mdmkit network: `forward(tokens, attn_mask) -> logits [B, L, V]`.
 
-    `shift=True` is for Dream, which was adapted from an autoregressive model and kept its output layout: the
-    logits at position i-1 predict token i. Dream's own generation code re-aligns them with
-    `cat([logits[:, :1], logits[:, :-1]], 1)` (position 0 keeps its own logits; it is never masked in
-    practice), and so do we, so samplers see logits aligned with the positions they fill.
+    `shift=True` is for a model whose logits at position i-1 predict token i: they are re-aligned with
+    `cat([logits[:, :1], logits[:, :-1]], 1)` (position 0 keeps its own), so samplers see logits aligned with
+    the positions they fill.
     """
 
-    def __init__(self, model: nn.Module, mask_id: int, *, shift: bool = False, kind: Kind = "generic") -> None:
+    def __init__(self, model: nn.Module, mask_id: int, *, shift: bool = False) -> None:
         super().__init__()
         self.model = model
         self.mask_id = int(mask_id)
         self.shift = shift
-        self.kind = kind
-        # Position ids computed from the padding mask make left padding exact for models that take them
-        # (BERT, Dream); LLaDA's forward has no such argument.
-        self.pass_positions = kind != "llada" and _accepts(model, "position_ids")
+        # Position ids computed from the padding mask make left padding exact for models that take them (BERT).
+        self.pass_positions = _accepts(model, "position_ids")
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -89,18 +90,9 @@ class HFMaskedDiffusion(nn.Module):
         batch, length = tokens.shape
         keep = key_padding(attn_mask, batch, length)
         kwargs: dict[str, Any] = {}
-        padded = keep is not None and not bool(keep.all())
-        if self.kind == "dream":
-            # Dream's generation_utils: no padding -> attention_mask="full"; padding -> a 4D bool mask
-            # (query and key both real) plus cumsum position ids.
-            if padded:
-                kwargs["attention_mask"] = keep[:, None, None, :] & keep[:, None, :, None]
-                kwargs["position_ids"] = positions_from(keep)
-            else:
-                kwargs["attention_mask"] = "full"
-        elif keep is not None:
+        if keep is not None:
             kwargs["attention_mask"] = keep.long()
-            if self.pass_positions and padded:
+            if self.pass_positions and not bool(keep.all()):
                 kwargs["position_ids"] = positions_from(keep)
         logits = self.model(input_ids=tokens, **kwargs).logits.float()
         if self.shift:
@@ -231,34 +223,90 @@ def load_masked_diffusion(
     dtype: str = "float32",
     device: str = "cpu",
     local_files_only: bool | None = None,
-) -> tuple[HFMaskedDiffusion, Any]:
-    """Tokenizer and wrapped model for a masked LM (`generic`: any AutoModelForMaskedLM) or LLaDA / Dream.
-
-    LLaDA and Dream ship their modelling code in their repositories, so they load through AutoModel with
-    trust_remote_code=True. Their mask ids: LLaDA 126336 (fixed, documented), Dream the tokenizer's.
-    """
+) -> tuple[HFMaskedDiffusion | DiffusionLM, Any]:
+    """Tokenizer and network of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or LLaDA / Dream
+    (mdmkit's own `DiffusionLM`, read from the checkpoint's config.json and safetensors; see `load_native`)."""
     if kind not in ("generic", "llada", "dream"):
         raise CheckpointError(f"kind='{kind}' is not one of generic, llada, dream")
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+    if kind != "generic":
+        return load_native(name_or_path, kind, trust_remote_code=trust_remote_code, dtype=dtype, device=device,
+                           local_files_only=local_files_only)
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
-    remote = trust_remote_code or kind != "generic"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote, **common)
-        auto = AutoModelForMaskedLM if kind == "generic" else AutoModel
-        model = auto.from_pretrained(source, trust_remote_code=remote, **common, **_dtype_kwarg(dtype))
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
+        model = AutoModelForMaskedLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
+                                                     **_dtype_kwarg(dtype))
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot load a masked LM from {name_or_path}: {first}") from error
-    if kind == "llada":
-        mask_id = LLADA_MASK_ID
-    else:
-        mask_id = tokenizer.mask_token_id
-        if mask_id is None:
-            raise CheckpointError(f"the tokenizer of {name_or_path} has no mask token: a masked diffusion "
-                                  "model needs one")
-    wrapped = HFMaskedDiffusion(model.to(device).eval(), mask_id, shift=kind == "dream", kind=kind)
-    return wrapped, tokenizer
+        raise CheckpointError(f"cannot load a masked LM from {name_or_path}: {_first_line(error)}") from error
+    if tokenizer.mask_token_id is None:
+        raise CheckpointError(f"the tokenizer of {name_or_path} has no mask token: a masked diffusion "
+                              "model needs one")
+    return HFMaskedDiffusion(model.to(device).eval(), tokenizer.mask_token_id), tokenizer
+
+
+def load_native(
+    name_or_path: str,
+    kind: Literal["llada", "dream"],
+    *,
+    trust_remote_code: bool = False,
+    dtype: str = "float32",
+    device: str = "cpu",
+    local_files_only: bool | None = None,
+) -> tuple[DiffusionLM, Any]:
+    """A LLaDA or Dream checkpoint (a directory, or a hub name fetched once) as mdmkit's network, and its tokenizer.
+
+    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); the tokenizer is
+    `native_tokenizer`'s. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
+    """
+    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
+    directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
+    try:  # first: a missing tokenizer fails before gigabytes of weights are read
+        tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
+    except CheckpointError as error:
+        raise CheckpointError(f"cannot load the tokenizer of {name_or_path}: {error}") from None
+    network = load_diffusion_lm(directory, kind, _DTYPES[dtype], device)
+    if tokenizer.mask_token_id is not None and tokenizer.mask_token_id != network.mask_id:
+        raise CheckpointError(f"{name_or_path}: the tokenizer's mask token {tokenizer.mask_token_id} is not the "
+                              f"config's mask_token_id {network.mask_id}")
+    return network, tokenizer
+
+
+def native_tokenizer(directory: Path, kind: Literal["llada", "dream"], *, trust_remote_code: bool = False,
+                     local_files_only: bool = True) -> Any:
+    """The tokenizer of a LLaDA / Dream checkpoint directory, through AutoTokenizer.
+
+    Dream's tokenizer_config names remote code (DreamTokenizer, a Qwen2 byte-level BPE): unless
+    `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer from the same files.
+    """
+    from transformers import AutoTokenizer
+
+    # transformers' Qwen2 tokenizer would build an empty vocabulary from a directory without its files
+    if not (directory / "tokenizer.json").is_file() and not all((directory / f).is_file() for f in _BPE_FILES):
+        raise CheckpointError(f"no tokenizer.json, nor {' and '.join(_BPE_FILES)} in {directory}")
+    extra = {"tokenizer_type": "qwen2"} if kind == "dream" and not trust_remote_code else {}
+    try:
+        return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code,
+                                             local_files_only=local_files_only, **extra)
+    except Exception as error:
+        raise CheckpointError(_first_line(error)) from error
+
+
+def _fetch(name: str, trust_remote_code: bool, local_files_only: bool) -> Path:
+    """The local snapshot of hub model `name`: configs, tokenizer files and safetensors (code only if trusted)."""
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"] + (["*.py"] if trust_remote_code else [])
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns, local_files_only=local_files_only))
+    except Exception as error:
+        raise CheckpointError(f"cannot fetch {name} from the hub: {_first_line(error)}") from error
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_causal_lm(
@@ -281,8 +329,7 @@ def load_causal_lm(
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
                                                      **_dtype_kwarg(dtype))
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {first}") from error
+        raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {_first_line(error)}") from error
     pad = None
     if tokenizer is not None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

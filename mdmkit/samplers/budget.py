@@ -76,7 +76,10 @@ class StepSchedule:
 
 @dataclass(frozen=True)
 class DreamSchedule:
-    """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1)."""
+    """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1).
+
+    In float32, as Dream computes it: in float64 the product lands on the other side of an integer now and then.
+    """
 
     steps: int
     eps: float = 1e-3
@@ -86,10 +89,10 @@ class DreamSchedule:
         require(0.0 < self.eps < 1.0, f"eps={self.eps} must lie in (0, 1)")
 
     def __call__(self, ranked: Ranked) -> torch.Tensor:
-        times = torch.linspace(1.0, self.eps, self.steps + 1, dtype=torch.float64)
+        times = torch.linspace(1.0, self.eps, self.steps + 1, dtype=torch.float32)
         step = ranked.step_in_block.clamp(max=self.steps - 1).cpu()
         fraction = (1.0 - times[step + 1] / times[step]).to(ranked.n_eligible.device)
-        count = (ranked.n_eligible.double() * fraction).long()
+        count = (ranked.n_eligible.float() * fraction).long()
         return torch.where(ranked.step_in_block >= self.steps - 1, ranked.n_eligible, count)
 
 

@@ -1,6 +1,8 @@
 """Honest cost accounting: NFE is counted from real forward passes, per sample.
 
-A full forward of the main network costs 1 for every row it ran on. Cheaper passes (a planner, an indicator
+A full forward of the main network costs 1 for every row it ran on, whatever its width; the tokens each row ran
+(`tokens`: the width of every call it took part in, padding included) are kept beside, since a cached forward
+runs fewer of them (kv_cache.py). Cheaper passes (a planner, an indicator
 MLP, a partial stack of layers) are charged at their share of a full forward, kept per kind so they can be
 reported both inside the total cost and on their own.
 """
@@ -37,6 +39,7 @@ class ForwardCounter:
     def __init__(self, network: Denoiser, batch_size: int) -> None:
         self._network = network
         self.nfe = torch.zeros(batch_size, dtype=torch.long)
+        self.tokens = torch.zeros(batch_size, dtype=torch.long)  # tokens computed (as queries) per row
         self.extra: dict[str, torch.Tensor] = {}  # kind -> per-row fractional cost
         self.nfe_at_stop = torch.full((batch_size,), -1, dtype=torch.long)  # generate_until point, -1: never
         self.calls = 0
@@ -49,6 +52,7 @@ class ForwardCounter:
         if tokens.shape[0] != rows.numel():
             raise ValueError(f"{tokens.shape[0]} sequences passed for {rows.numel()} rows")
         self.nfe[rows.cpu()] += 1
+        self.tokens[rows.cpu()] += tokens.shape[1]
         self.calls += 1
 
     def _network_with(self, capability: str) -> Any:

@@ -3,7 +3,8 @@
 Each step the network predicts every position; the sampler draws a token for each eligible masked position
 (choice), sorts them by an error proxy (ordering), and reveals a per-row number of the best ones (budget).
 Rows reveal different counts in the same batch; a finished row leaves the batch and stops costing NFE.
-Semi-autoregressive decoding restricts eligibility to the current block of `block_length` answer positions.
+Semi-autoregressive decoding restricts eligibility to the current block of `block_length` answer positions;
+with blocks, `cache=prefix|dual` runs the block's later steps against an approximate KV cache (kv_cache.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.models.denoiser import KV_CACHE
 from mdmkit.samplers.budget import (
     Budget,
     ConfidenceFactor,
@@ -29,6 +31,7 @@ from mdmkit.samplers.budget import (
 )
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
@@ -68,12 +71,22 @@ class MaskedSampler(Sampler):
     """
 
     budget_rule: ClassVar[type[Budget] | None] = None
+    # Dream's own decoding details, fields of DreamStepsSampler only (here: the loop's defaults)
+    empty_steps = False  # a step whose budget is 0 reveals nothing (else every step reveals at least one)
+    mask_in_softmax = False  # scores come from the softmax over every token, the mask token included
 
     ordering: str | Callable[..., torch.Tensor] = "confidence"  # confidence | entropy | margin | random | a callable
     temperature: float = 0.0
     top_p: float = 1.0
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
+    cache: CacheMode = "none"  # none | prefix | dual: Fast-dLLM's approximate KV caches, refreshed per block
+    cache_refresh: int | None = None  # with a cache: also refresh every n steps inside a block (None: never)
+
+    @property
+    def requires(self) -> frozenset[str]:  # type: ignore[override]
+        """A cache needs the network's `kv_cache` capability; the plain loop needs nothing."""
+        return frozenset() if self.cache == "none" else frozenset({KV_CACHE})
 
     def validate(self) -> None:
         if isinstance(self.ordering, str):
@@ -85,6 +98,12 @@ class MaskedSampler(Sampler):
         require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
         require(self.block_length is None or self.block_length >= 1,
                 f"block_length={self.block_length} must be >= 1 or null")
+        require(self.cache == "none" or self.block_length is not None,
+                f"cache={self.cache} needs block_length (the cache is refreshed block by block)")
+        require(self.cache_refresh is None or self.cache_refresh >= 1,
+                f"cache_refresh={self.cache_refresh} must be >= 1 or null")
+        require(self.cache_refresh is None or self.cache != "none",
+                f"cache_refresh={self.cache_refresh} needs a cache (cache=prefix or cache=dual)")
         if self.budget_rule is not None:
             self.budget()  # the rule checks its own fields: a bad value stops at construction
 
@@ -120,6 +139,10 @@ class MaskedSampler(Sampler):
         budget, proxy = self.budget(), self.error_proxy()
         columns = torch.arange(length, device=device)
         mask_index = torch.tensor([mask_id], device=device)
+        require(reveal_also is None or self.cache == "none",
+                f"cache={self.cache} is not supported under NI sampling (its indicator reads the hidden states of "
+                f"full forwards): give its base sampler cache=none")
+        cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
 
         while True:
             masked = x == mask_id
@@ -135,14 +158,22 @@ class MaskedSampler(Sampler):
             block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
 
             kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-            if reveal_also is None:
+            if cache is not None:
+                due = entered if self.cache_refresh is None else step_in_block[rows] % self.cache_refresh == 0
+                in_block = block_of[rows] == block[:, None]
+                logits, hidden = cache.logits(rows, state, in_block, due), None
+            elif reveal_also is None:
                 logits, hidden = network(state, rows, **kwargs), None
             else:
                 logits, hidden = network.forward_with_hidden(state, rows, **kwargs)
-            logits = logits.float()
-            logits = logits.index_fill(-1, mask_index, float("-inf"))  # the mask token is never a prediction
+            raw = logits.float()
+            logits = raw.index_fill(-1, mask_index, float("-inf"))  # the mask token is never a prediction
             probs = predictive_distribution(logits, self.temperature, self.top_p)
             choice, chosen_prob = choose_tokens(probs, self.temperature, generator)
+            if self.mask_in_softmax:  # the chosen token is still never the mask; only the scores change
+                probs = predictive_distribution(raw, self.temperature, self.top_p)
+                chosen_prob = probs.gather(-1, choice[..., None]).squeeze(-1)
+            del raw
             error = proxy(probs, chosen_prob, generator).masked_fill(~eligible, float("inf"))
             order = error.argsort(dim=1, stable=True)
             n_eligible = eligible.sum(1)
@@ -151,7 +182,7 @@ class MaskedSampler(Sampler):
                 confidence=chosen_prob.gather(1, order).masked_fill(columns >= n_eligible[:, None], 0.0),
                 n_eligible=n_eligible, step_in_block=step_in_block[rows], block_size=block_size[rows],
             )
-            counts = torch.minimum(budget(ranked).clamp(min=1), n_eligible)
+            counts = torch.minimum(budget(ranked).clamp(min=0 if self.empty_steps else 1), n_eligible)
             reveal = torch.zeros_like(eligible).scatter(1, order, columns[None, :] < counts[:, None])
             if reveal_also is not None:
                 reveal |= reveal_also(rows, state, logits, hidden) & eligible
@@ -180,11 +211,18 @@ class StepsSampler(MaskedSampler):
 
 @dataclass
 class DreamStepsSampler(MaskedSampler):
-    """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule)."""
+    """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule).
+
+    The `dream_*` presets also set what Dream's `diffusion_generate` does beyond the schedule: `empty_steps` (a
+    step scheduled to reveal 0 tokens spends its forward and reveals nothing) and `mask_in_softmax` (confidence,
+    margin and entropy are read from the softmax over the whole vocabulary, the mask token included).
+    """
 
     budget_rule = DreamSchedule
     steps: int = 64
     eps: float = DreamSchedule.eps
+    empty_steps: bool = False
+    mask_in_softmax: bool = False
 
 
 @dataclass

@@ -1,0 +1,228 @@
+"""mdmkit's own network for pretrained masked diffusion LLMs (LLaDA, Dream): one module, configured per model.
+
+Both are Llama-style stacks run without a causal mask: pre-RMSNorm blocks, rotary positions (rotate-half),
+grouped-query attention and a SwiGLU MLP. They differ only in a few settings, which `DiffusionLMConfig` names:
+q/k/v biases (Dream), where the rotation is computed (LLaDA in float32, Dream in the weights' dtype), where
+position ids start under left padding (Dream: at each row's first real token), and Dream's output layout (the
+logits at i-1 predict token i; `shift_logits` re-aligns them as Dream's own sampler does). Reading a hub
+checkpoint into this network is `mdmkit.models.llm_checkpoints`.
+
+The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mdmkit.core.config import Validated, require
+from mdmkit.models.denoiser import KV_CACHE, KVCache
+
+
+@dataclass
+class DiffusionLMConfig(Validated):
+    """Shape and numerics of a LLaDA / Dream-style network (see `llm_checkpoints` for each model's values)."""
+
+    vocab_size: int  # rows of the embedding and of the output layer
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden: int
+    mask_id: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    max_positions: int = 4096
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    rope_fp32: bool = True  # rotate q/k in float32 (LLaDA); False: in the weights' dtype (Qwen2 / Dream)
+    pad_positions: bool = False  # under a key-padding mask, positions start at each row's first real token
+    shift_logits: bool = False  # Dream: position i reads the output of i - 1 (position 0 keeps its own)
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden", "max_positions"):
+            require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
+        require(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        require(self.n_heads % self.n_kv_heads == 0,
+                f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
+        require((self.d_model // self.n_heads) % 2 == 0, "rotary positions need an even head dimension")
+        require(0 <= self.mask_id < self.vocab_size, f"mask_id={self.mask_id} must be a token id below "
+                                                     f"vocab_size={self.vocab_size}")
+        require(self.rope_theta > 0 and self.rms_eps > 0, "rope_theta and rms_eps must be > 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) in float32, cast back, then scaled by the weight in the model's dtype (as both references do)."""
+
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.float()
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * wide.to(x.dtype)
+
+
+@lru_cache(maxsize=8)
+def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    # computed on the CPU in float32, as both references build their tables
+    return (1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)).to(device)
+
+
+def rotary_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B, 1, L, head_dim] in float32 for positions [B, L]; both halves share the frequencies."""
+    angles = positions.float()[..., None] * _inv_freq(head_dim, theta, positions.device)
+    angles = torch.cat((angles, angles), dim=-1)[:, None]
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp32: bool) -> torch.Tensor:
+    """Rotary embedding, rotate-half convention, in float32 (`fp32`) or in x's dtype."""
+    work = x.float() if fp32 else x
+    cos, sin = cos.to(work.dtype), sin.to(work.dtype)
+    first, second = work.chunk(2, dim=-1)
+    return (work * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Bidirectional grouped-query attention; the cache keeps rotated keys of the n_kv_heads, unrepeated."""
+
+    def __init__(self, config: DiffusionLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        kv_width = config.n_kv_heads * config.head_dim
+        self.q = nn.Linear(config.d_model, config.d_model, bias=config.qkv_bias)
+        self.k = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
+        self.v = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
+        self.o = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
+                cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
+        config = self.config
+        batch, length, _ = x.shape
+        q = self.q(x).view(batch, length, config.n_heads, config.head_dim).transpose(1, 2)
+        k = self.k(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
+        v = self.v(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
+        q, k = rotate(q, *rotary, config.rope_fp32), rotate(k, *rotary, config.rope_fp32)
+        if cache is not None:
+            store, layer, commit = cache
+            if store.keys[layer] is not None:
+                k, v = torch.cat([store.keys[layer], k], 2), torch.cat([store.values[layer], v], 2)
+            past = k.shape[2] - length
+            if commit:
+                store.keys[layer], store.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
+        groups = config.n_heads // config.n_kv_heads
+        if groups > 1:  # kv head j serves query heads j * groups ... (j + 1) * groups - 1
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.o(y.transpose(1, 2).reshape(batch, length, config.d_model))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: DiffusionLMConfig) -> None:
+        super().__init__()
+        self.gate = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
+        self.up = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
+        self.down = nn.Linear(config.mlp_hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    """x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: DiffusionLMConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.d_model, config.rms_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.d_model, config.rms_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
+                cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rotary, attn_mask, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def key_padding_keep(attn_mask: Any) -> torch.Tensor | None:
+    """The [B, L] real-token mask of a key-padding mask [B, 1, 1, L] (None for any other mask)."""
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() == 4 and attn_mask.shape[1:3] == (1, 1):
+        return attn_mask[:, 0, 0, :].bool()
+    return None
+
+
+class DiffusionLM(nn.Module):
+    """Tokens [B, L] (some of them `mask_id`) -> float32 logits [B, L, vocab_size], aligned with the positions."""
+
+    capabilities = frozenset({KV_CACHE})
+
+    def __init__(self, config: DiffusionLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.mask_id = config.mask_id
+        self.shift = config.shift_logits
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.rms_eps)
+        self.head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
+                cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+        """Logits of `tokens`; arguments as `hidden`. With `shift_logits` the re-alignment is within this call:
+        its first token keeps its own output, so a caller that needs token i's prediction queries token i - 1."""
+        hidden = self.norm(self.hidden(tokens, attn_mask, positions, cache, commit))
+        logits = F.linear(hidden, self.embed.weight if self.head is None else self.head.weight).float()
+        if self.shift:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        return logits
+
+    def positions_for(self, tokens: torch.Tensor, attn_mask: Any, cache: KVCache | None) -> torch.Tensor:
+        """Default positions: past + 0..L-1 after a cache of `past` tokens; with `pad_positions` and a key-padding
+        mask (no cache), counted from each row's first real token, as Dream's sampler counts them."""
+        keep = key_padding_keep(attn_mask) if self.config.pad_positions and cache is None else None
+        if keep is not None:
+            return (keep.long().cumsum(1) - 1).clamp(min=0).expand(tokens.shape[0], -1)
+        past = 0 if cache is None else cache.length
+        return torch.arange(past, past + tokens.shape[1], device=tokens.device)[None]
+
+    def hidden(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
+               cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+        """The residual stream after the last block [B, L, d_model].
+
+        `attn_mask`: bool, True = may attend, broadcast to [B, heads, L, cache + L] (None: every token sees every
+        token). `positions` [B, L] (default: see `positions_for`). With `cache`, its keys and values come first in
+        the key sequence, and the first `commit` tokens of this call are appended to it.
+        """
+        if positions is None:
+            positions = self.positions_for(tokens, attn_mask, cache)
+        top = int(positions.max()) + 1
+        if top > self.config.max_positions:
+            raise ValueError(f"position {top - 1} exceeds the model's {self.config.max_positions} positions")
+        rotary = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
+        x = self.embed(tokens)
+        for index, block in enumerate(self.blocks):
+            x = block(x, rotary, attn_mask, None if cache is None else (cache, index, commit))
+        return x

@@ -1,0 +1,245 @@
+"""Hub checkpoints of LLaDA and Dream read into mdmkit's `DiffusionLM`, without their remote code.
+
+A checkpoint directory holds `config.json` and `model.safetensors` (or `model.safetensors.index.json` and its
+shards). Each architecture contributes two small parts here: how its `config.json` maps to a
+`DiffusionLMConfig` (refusing, in one line, any setting the network does not implement, so a checkpoint never
+loads into different arithmetic), and how its tensor names map to the network's parameters. The network is
+built on the meta device and each tensor is cast to the requested dtype and moved to the target device as it is
+read, so an 8B model is never materialised twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.models.diffusion_lm import DiffusionLM, DiffusionLMConfig
+
+LLADA_MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
+DREAM_MASK_ID = 151666  # DreamConfig's default mask_token_id
+_REQUIRED = object()
+
+
+class _Fields:
+    """Typed reads of one config.json, each failure a one-line CheckpointError naming the file and field."""
+
+    def __init__(self, raw: dict[str, Any], source: Path) -> None:
+        self.raw, self.source = raw, source
+
+    def get(self, name: str, default: Any = _REQUIRED, kind: type = int) -> Any:
+        value = self.raw.get(name)
+        if value is None:
+            if default is _REQUIRED:
+                raise CheckpointError(f"{self.source}: config field '{name}' is missing")
+            return default
+        if kind is bool and not isinstance(value, bool):
+            raise CheckpointError(f"{self.source}: config field {name}={value!r} is not a boolean")
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise CheckpointError(f"{self.source}: config field {name}={value!r} is not a {kind.__name__}") from None
+
+    def refuse(self, name: str, supported: Any, default: Any) -> None:
+        """Refuse a value of `name` other than `supported` (`default` when the field is absent)."""
+        value = self.raw.get(name, default)
+        if value != supported:
+            raise CheckpointError(f"{self.source}: {name}={value!r} is not supported by mdmkit's network "
+                                  f"(only {supported!r})")
+
+
+def _llada_config(fields: _Fields) -> dict[str, Any]:
+    # Absent fields take the defaults of LLaDA's ModelConfig, so a config that relies on them is read as LLaDA would.
+    for name, supported, default in [("block_type", "llama", "sequential"), ("alibi", False, False),
+                                     ("rope", True, False), ("layer_norm_type", "rms", "default"),
+                                     ("activation_type", "silu", "swiglu"), ("attention_layer_norm", False, False),
+                                     ("include_bias", False, False), ("layer_norm_with_affine", True, True),
+                                     ("block_group_size", 1, 1), ("input_emb_norm", False, False),
+                                     ("scale_logits", False, False)]:
+        fields.refuse(name, supported, default)
+    if fields.raw.get("bias_for_layer_norm"):
+        fields.refuse("bias_for_layer_norm", False, False)
+    n_heads = fields.get("n_heads")
+    n_kv_heads = fields.get("n_kv_heads", None)
+    multi_query = fields.raw.get("multi_query_attention")
+    if n_kv_heads is None:
+        n_kv_heads = 1 if multi_query else n_heads
+    elif multi_query is not None and n_kv_heads != (1 if multi_query else n_heads):
+        raise CheckpointError(f"{fields.source}: n_kv_heads={n_kv_heads} contradicts "
+                              f"multi_query_attention={multi_query}")
+    d_model = fields.get("d_model")
+    return {
+        "vocab_size": fields.get("embedding_size", None) or fields.get("vocab_size"),
+        "d_model": d_model,
+        "n_layers": fields.get("n_layers"),
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv_heads,
+        "mlp_hidden": fields.get("mlp_hidden_size", None) or fields.get("mlp_ratio", 4) * d_model,
+        "mask_id": fields.get("mask_token_id", LLADA_MASK_ID),
+        "rope_theta": fields.get("rope_theta", 10000.0, float),
+        "rms_eps": fields.get("rms_norm_eps", 1e-5, float),
+        "max_positions": fields.get("max_sequence_length", 1024),
+        "qkv_bias": fields.get("include_qkv_bias", False, bool),
+        "tie_embeddings": fields.get("weight_tying", True, bool),
+        "rope_fp32": fields.get("rope_full_precision", True, bool),
+    }
+
+
+def _dream_config(fields: _Fields) -> dict[str, Any]:
+    # Absent fields take DreamConfig's defaults.
+    fields.refuse("hidden_act", "silu", "silu")
+    fields.refuse("use_sliding_window", False, False)
+    fields.refuse("use_mrope", False, False)
+    scaling = fields.raw.get("rope_scaling")
+    plain = scaling is None or isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"
+    if not plain:
+        raise CheckpointError(f"{fields.source}: rope_scaling={scaling!r} is not supported by mdmkit's network "
+                              "(only null)")
+    n_heads = fields.get("num_attention_heads")
+    return {
+        "vocab_size": fields.get("vocab_size"),
+        "d_model": fields.get("hidden_size"),
+        "n_layers": fields.get("num_hidden_layers"),
+        "n_heads": n_heads,
+        "n_kv_heads": fields.get("num_key_value_heads", n_heads),
+        "mlp_hidden": fields.get("intermediate_size"),
+        "mask_id": fields.get("mask_token_id", DREAM_MASK_ID),
+        "rope_theta": fields.get("rope_theta", 10000.0, float),
+        "rms_eps": fields.get("rms_norm_eps", 1e-6, float),
+        "max_positions": fields.get("max_position_embeddings", 32768),
+        "qkv_bias": True,
+        "tie_embeddings": fields.get("tie_word_embeddings", False, bool),
+        "rope_fp32": False,  # Qwen2 casts cos/sin to the weights' dtype and rotates there
+        "pad_positions": True,  # Dream's sampler: position ids = cumsum(attention_mask) - 1
+        "shift_logits": True,
+    }
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One hub architecture: its config.json reader and its tensor names (hub name -> parameter name)."""
+
+    read: Callable[[_Fields], dict[str, Any]]
+    top: dict[str, str]  # outside the blocks; the output layer is "head.weight"
+    block: str  # hub prefix of block {i}
+    parts: dict[str, str]  # inside a block, hub suffix -> parameter suffix
+    qkv: tuple[str, str, str]  # hub suffixes of the q, k, v projections (their biases follow with qkv_bias)
+
+    def names(self, config: DiffusionLMConfig) -> dict[str, str]:
+        names = {hub: own for hub, own in self.top.items() if not (config.tie_embeddings and own == "head.weight")}
+        parts = dict(self.parts)
+        if config.qkv_bias:
+            parts.update({f"{hub}.bias": f"attn.{own}.bias" for hub, own in zip(self.qkv, "qkv")})
+        for i in range(config.n_layers):
+            names.update({self.block.format(i=i) + hub: f"blocks.{i}.{own}" for hub, own in parts.items()})
+        return names
+
+
+_LLADA = Architecture(
+    _llada_config,
+    top={"model.transformer.wte.weight": "embed.weight", "model.transformer.ln_f.weight": "norm.weight",
+         "model.transformer.ff_out.weight": "head.weight"},
+    block="model.transformer.blocks.{i}.",
+    parts={"q_proj.weight": "attn.q.weight", "k_proj.weight": "attn.k.weight", "v_proj.weight": "attn.v.weight",
+           "attn_out.weight": "attn.o.weight", "ff_proj.weight": "mlp.gate.weight", "up_proj.weight": "mlp.up.weight",
+           "ff_out.weight": "mlp.down.weight", "attn_norm.weight": "attn_norm.weight",
+           "ff_norm.weight": "mlp_norm.weight"},
+    qkv=("q_proj", "k_proj", "v_proj"),
+)
+_DREAM = Architecture(
+    _dream_config,
+    top={"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+         "lm_head.weight": "head.weight"},
+    block="model.layers.{i}.",
+    parts={"self_attn.q_proj.weight": "attn.q.weight", "self_attn.k_proj.weight": "attn.k.weight",
+           "self_attn.v_proj.weight": "attn.v.weight", "self_attn.o_proj.weight": "attn.o.weight",
+           "mlp.gate_proj.weight": "mlp.gate.weight", "mlp.up_proj.weight": "mlp.up.weight",
+           "mlp.down_proj.weight": "mlp.down.weight", "input_layernorm.weight": "attn_norm.weight",
+           "post_attention_layernorm.weight": "mlp_norm.weight"},
+    qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+)
+
+
+ARCHITECTURES = {"llada": _LLADA, "dream": _DREAM}
+
+
+def read_config(directory: Path, kind: str) -> DiffusionLMConfig:
+    """The network config of the checkpoint in `directory`, read as a `kind` (llada | dream) config.json."""
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no config.json")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    try:
+        return DiffusionLMConfig(**ARCHITECTURES[kind].read(_Fields(raw, path)))
+    except ConfigError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The safetensors files of a checkpoint: `model.safetensors`, or the shards its index names."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
+            raise CheckpointError(f"{index}: not a safetensors index (no weight_map)") from None
+        missing = [name for name in shards if not (directory / name).is_file()]
+        if missing:
+            raise CheckpointError(f"{index} names {len(missing)} missing shard(s), e.g. {missing[0]}")
+        return [directory / name for name in shards]
+    if (directory / "model.safetensors").is_file():
+        return [directory / "model.safetensors"]
+    if any(directory.glob("pytorch_model*.bin")):
+        raise CheckpointError(f"{directory}: only safetensors weights are supported (found pytorch_model*.bin)")
+    raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+
+
+def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = torch.float32,
+                      device: str | torch.device = "cpu") -> DiffusionLM:
+    """A LLaDA (`kind="llada"`) or Dream (`kind="dream"`) checkpoint directory as a `DiffusionLM` in eval mode."""
+    from safetensors import SafetensorError, safe_open
+
+    if kind not in ARCHITECTURES:
+        raise CheckpointError(f"kind='{kind}' has no native network (one of {', '.join(ARCHITECTURES)})")
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise CheckpointError(f"no model directory at {directory}")
+    config = read_config(directory, kind)
+    names = ARCHITECTURES[kind].names(config)
+    with torch.device("meta"):
+        network = DiffusionLM(config)
+    shapes = {name: tuple(tensor.shape) for name, tensor in network.state_dict().items()}
+    state: dict[str, torch.Tensor] = {}
+    for file in weight_files(directory):
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                stored = handle.keys()  # a safetensors handle is not a dict: it lists its tensors here
+                for name in stored:
+                    target = names.get(name)
+                    if target is None:
+                        if name.endswith("rotary_emb.inv_freq") or name in ARCHITECTURES[kind].top:
+                            continue  # recomputed from rope_theta / a tied output layer saved anyway
+                        raise CheckpointError(f"{file}: unexpected tensor '{name}' for this {kind} config")
+                    shape = tuple(handle.get_slice(name).get_shape())
+                    if shape != shapes[target]:
+                        raise CheckpointError(f"{file}: tensor '{name}' has shape {list(shape)}, the config "
+                                              f"implies {list(shapes[target])}")
+                    state[target] = handle.get_tensor(name).to(dtype).to(device)  # one tensor in memory at a time
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{file}: unreadable safetensors ({error})") from None
+    missing = sorted(hub for hub, own in names.items() if own not in state)
+    if missing:
+        raise CheckpointError(f"{directory}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
+                              f"'{missing[0]}'")
+    network.load_state_dict(state, assign=True)
+    return network.eval()

@@ -1,0 +1,166 @@
+"""Approximate KV caches for masked diffusion in semi-autoregressive blocks (Fast-dLLM's prefix and dual caches).
+
+A bidirectional denoiser has no exact cache: every position attends to every other one, so a revealed token
+changes the keys and values of all positions. Fast-dLLM (Wu et al. 2025) caches them anyway, block by block:
+
+- `prefix`: at the first step of a block, one full forward computes every position and its keys and values are
+  cached; the block's later steps run the block and everything right of it as queries, attending to the cached
+  entries left of the block and to themselves.
+- `dual`: the same full forward; the block's later steps run only the block's own positions as queries, attending
+  to the cached entries left and right of the block (the block's own, stale ones hidden) and to themselves.
+
+What is exact: the refreshing forward is the plain forward (same logits), and a query pass on the state the
+cache was written from gives the plain forward's logits at its positions. What is approximate: between two
+refreshes the cached keys and values go stale as tokens of the block are revealed (the prefix's too, since it
+attended to the block). `cache_refresh=n` also refreshes every n steps inside a block (1: every step, which
+is the plain loop at no saving).
+
+Rows of a batch reveal different counts per step, so they reach block boundaries at different steps: each step
+the rows that enter a new block (or are due) run one full forward that rewrites their rows of the cache, the
+others one query forward on their cached rows; every row takes part in exactly one forward a step (NFE is
+unchanged) and the counter records how many tokens each forward ran. A row that leaves the loop leaves the
+cache. The cache holds keys and values of all L positions per row; which of them a query may see is decided by
+`attn_mask` (per row: left of its block for `prefix`, outside it for `dual`, never left padding), so rows at
+different blocks share one cache. Query widths differ per row; shorter rows are padded with query-only slots
+that no other token sees. Each query window also starts one position left of the block (where there is one):
+a network whose logits at i are read from its output at i - 1 (Dream, `shift_logits`) then predicts the
+block's first position from a fresh output, as its full forward does; any other network pays one token for it.
+Positions count from each row's first real token (as the Hugging Face adapters and Dream do), so a left-padded
+row computes what it would alone (for rotary networks such as LLaDA this only shifts every position equally).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from mdmkit.core.config import require
+from mdmkit.models.denoiser import KVCache
+from mdmkit.models.hf import positions_from
+from mdmkit.samplers.counting import ForwardCounter
+
+CacheMode = Literal["none", "prefix", "dual"]
+CACHE_FIELDS = ("cache", "cache_refresh")
+
+
+def without_default_cache(config: Any) -> Any:
+    """A sampler config (a dict, nested samplers included) without its cache fields where it has no cache.
+
+    Results rows are keyed by a hash of the sampler dict: rows sampled with `cache=none` keep the keys they had
+    before the fields existed (`cache_refresh` must be null without a cache, so nothing is lost).
+    """
+    if isinstance(config, dict):
+        plain = config.get("cache") == "none"
+        return {key: without_default_cache(value) for key, value in config.items()
+                if not (plain and key in CACHE_FIELDS)}
+    if isinstance(config, list):
+        return [without_default_cache(value) for value in config]
+    return config
+
+
+def block_spans(in_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of `in_block` [R, L] (the positions of the row's current block): the first position and one past
+    the last one."""
+    length = in_block.shape[1]
+    columns = torch.arange(length, device=in_block.device)
+    start = torch.where(in_block, columns, length).min(1).values
+    end = torch.where(in_block, columns, -1).max(1).values + 1
+    return start, end
+
+
+class BlockCache:
+    """The cache of one `fill` call: `logits` runs each step's forward for the loop's rows (see the module)."""
+
+    def __init__(self, mode: CacheMode, network: ForwardCounter, attention_mask: torch.Tensor | None,
+                 length: int) -> None:
+        require(mode in ("prefix", "dual"), f"internal: no block cache for cache={mode}")
+        self.mode, self.network, self.keep, self.length = mode, network, attention_mask, length
+        self.n_layers = network.n_layers
+        self.store: KVCache | None = None
+        self.store_rows: torch.Tensor | None = None  # the batch rows of `store`, ascending
+
+    def logits(self, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
+               refresh: torch.Tensor) -> torch.Tensor:
+        """Logits [R, L, V] of `state` [R, L] (batch rows `rows`, ascending): full forwards that rewrite the cache
+        for the `refresh` rows, query forwards on the cache over their block (`in_block` [R, L]) for the others.
+
+        Positions a query forward does not run get zero logits (the loop reveals only inside the block).
+        """
+        self._keep_rows(rows)
+        require(self.store is not None or bool(refresh.all()), "internal: the first forward refreshes every row")
+        if bool(refresh.all()):
+            return self._refresh(rows, state)
+        start, end = block_spans(in_block)
+        start = (start - 1).clamp(min=0)  # one position of left context (see the module)
+        if self.mode == "prefix":
+            end = torch.full_like(end, self.length)
+        if not bool(refresh.any()):
+            return self._query(rows, state, start, end)
+        fresh, cached = refresh.nonzero().squeeze(1), (~refresh).nonzero().squeeze(1)
+        refreshed = self._refresh(rows[fresh], state[fresh])
+        queried = self._query(rows[cached], state[cached], start[cached], end[cached])
+        logits = refreshed.new_empty(len(rows), *refreshed.shape[1:])
+        logits[fresh], logits[cached] = refreshed, queried
+        return logits
+
+    def _keep_rows(self, rows: torch.Tensor) -> None:
+        """Drop the cache rows of finished rows (rows only ever leave the loop)."""
+        if self.store_rows is None or torch.equal(rows, self.store_rows):
+            return
+        self.store = self._cache_of(rows)
+        self.store_rows = rows
+
+    def _cache_of(self, rows: torch.Tensor) -> KVCache:
+        """The cache of `rows` (the store itself where they are all its rows, else a copy)."""
+        require(self.store is not None and self.store_rows is not None, "internal: a row was never refreshed")
+        if torch.equal(rows, self.store_rows):
+            return self.store
+        return self.store.select(torch.searchsorted(self.store_rows, rows))
+
+    def _positions(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.keep is None:
+            return torch.arange(self.length, device=rows.device).expand(len(rows), -1)
+        return positions_from(self.keep[rows])
+
+    def _refresh(self, rows: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The plain forward of `rows`, writing the keys and values of all their positions to the cache."""
+        written = KVCache.empty(self.n_layers)
+        attn_mask = None if self.keep is None else self.keep[rows][:, None, None, :]
+        logits = self.network(state, rows, attn_mask=attn_mask, positions=self._positions(rows), cache=written,
+                              commit=self.length)
+        keys = [k.contiguous() for k in written.keys]
+        values = [v.contiguous() for v in written.values]
+        if self.store is None or self.store_rows is None:
+            self.store, self.store_rows = KVCache(keys, values), rows
+            return logits
+        index = torch.searchsorted(self.store_rows, rows)
+        for layer in range(self.n_layers):
+            self.store.keys[layer][index] = keys[layer]  # type: ignore[index]
+            self.store.values[layer][index] = values[layer]  # type: ignore[index]
+        return logits
+
+    def _query(self, rows: torch.Tensor, state: torch.Tensor, start: torch.Tensor,
+               end: torch.Tensor) -> torch.Tensor:
+        """Positions [start, end) of each row as queries against its cached entries outside them."""
+        length, device = self.length, state.device
+        width = int((end - start).max())
+        offsets = torch.arange(width, device=device)
+        where = start[:, None] + offsets
+        valid = where < end[:, None]  # slots past a row's end are padding: query only, seen by none
+        where = where.clamp(max=length - 1)
+        columns = torch.arange(length, device=device)
+        visible = columns[None, :] < start[:, None]
+        if self.mode == "dual":
+            visible |= columns[None, :] >= end[:, None]
+        if self.keep is not None:
+            visible &= self.keep[rows]
+        own = valid[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)[None]
+        attn_mask = torch.cat([visible[:, None, :].expand(-1, width, -1), own], 2)[:, None]
+        queried = self.network(state.gather(1, where), rows, attn_mask=attn_mask,
+                               positions=self._positions(rows).gather(1, where), cache=self._cache_of(rows))
+        # back onto the canvas: padding slots go to a spare column that is cut off
+        full = queried.new_zeros(len(rows), length + 1, queried.shape[-1])
+        target = torch.where(valid, where, length)
+        full.scatter_(1, target[:, :, None].expand(-1, -1, queried.shape[-1]), queried)
+        return full[:, :length]
