@@ -50,7 +50,7 @@ def derive_family(row: Mapping[str, Any]) -> str:
     """The row's `family`, or one derived from its sampler config for rows written before the field existed.
 
     `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy" (P2: its `score` stands
-    in for the ordering); oracle rows -> "oracle".
+    in for the ordering); oracle rows -> "oracle"; an approximate KV cache is named: "eb-confidence+dual".
     """
     if row.get("family"):
         return str(row["family"])
@@ -67,7 +67,9 @@ def derive_family(row: Mapping[str, Any]) -> str:
     if isinstance(sampler.get("base"), Mapping):  # a sampler on top of another one (NI)
         return f"{name}-{derive_family({'sampler': sampler['base']})}"
     ordering = sampler.get("ordering", sampler.get("score"))  # as results.sampler_family names new rows
-    return f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
+    family = f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
+    cache = sampler.get("cache")
+    return f"{family}+{cache}" if isinstance(cache, str) and cache not in ("", "none") else family
 
 
 def _checkpoint_id(row: Mapping[str, Any]) -> str:

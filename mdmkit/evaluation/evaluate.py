@@ -34,6 +34,7 @@ from mdmkit.io.results import (
     row_key,
 )
 from mdmkit.samplers import Sampler
+from mdmkit.samplers.kv_cache import without_default_cache
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.text import TextTask
 
@@ -71,7 +72,8 @@ class _Rows:
         self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
     def key(self, kind: str, sampler: dict[str, Any]) -> str:
-        return row_key(kind=kind, sampler=sampler, **self.measurement)
+        # without a KV cache, a sampler keys as it did before the cache fields existed
+        return row_key(kind=kind, sampler=without_default_cache(sampler), **self.measurement)
 
     def row(self, kind: str, sampler: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
         params = {k: v for k, v in sampler.items() if k != "_target_"}

@@ -93,6 +93,7 @@ class Generations:
     nfe_to_stop: np.ndarray
     answer_tokens: np.ndarray  # tokens of the kept (stop-truncated) answer
     wall_time_s: float
+    computed_tokens: np.ndarray  # tokens the network ran per prompt, over all its forwards
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,6 +209,7 @@ def generate(
     make_canvas = _causal_canvas if model.causal else _masked_canvas
     raw = [""] * len(prompts)
     nfe, to_stop = np.zeros(len(prompts), dtype=np.int64), np.zeros(len(prompts), dtype=np.int64)
+    computed = np.zeros(len(prompts), dtype=np.int64)
     start = time.perf_counter()
     for begin in tqdm(range(0, len(prompts), batch_size), desc="generating", disable=not progress, leave=False):
         encoded = [model.encode_prompt(p, chat, gen_length) for p in prompts[begin: begin + batch_size]]
@@ -220,10 +222,11 @@ def generate(
             for row, tokens, first in zip(rows, sampled.tokens.cpu(), starts):
                 raw[row] = model.decode(_settled(tokens[first: first + gen_length], mask_id))
             nfe[rows] = counter.nfe.numpy()
+            computed[rows] = counter.tokens.numpy()
             to_stop[rows] = torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe).numpy()
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
     texts = [truncate_at_stop(text, stops) for text in raw]
     kept = np.array([len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts])
-    return Generations(raw, texts, nfe, to_stop, kept, wall)
+    return Generations(raw, texts, nfe, to_stop, kept, wall, computed)

@@ -29,6 +29,7 @@ class EvalResult:
     nfe_to_stop: np.ndarray | None = None  # NFE when the stop condition was met (= nfe without one)
     answer_tokens: np.ndarray | None = None  # tokens each sample had to generate
     metrics: dict[str, Any] = field(default_factory=dict)  # the task's split-level measures (PuzzleTask.sample_metrics)
+    computed_tokens: np.ndarray | None = None  # tokens the network ran per sample, over all its forwards
 
     @property
     def accuracy(self) -> float:
@@ -52,6 +53,11 @@ class EvalResult:
             # full-forward units: NFE plus the fractional passes (planner, indicator, ...), also given per kind
             "cost_mean": float(self.nfe.mean() + sum(c.mean() for c in self.extra_cost.values())),
             "extra_cost_mean": {kind: float(c.mean()) for kind, c in self.extra_cost.items()},
+            # the other cost axis: tokens run per sample, and per forward (a full forward runs the whole canvas,
+            # a KV-cached one only its queries)
+            "computed_tokens_mean": None if self.computed_tokens is None else float(self.computed_tokens.mean()),
+            "tokens_per_forward_mean": (None if self.computed_tokens is None
+                                        else float(self.computed_tokens.sum()) / max(1, int(self.nfe.sum()))),
         }
         summary.update(self.metrics)
         if self.oracle_nfe is not None:
@@ -92,7 +98,7 @@ def sample_split(
     was_training = network.training
     network.eval()
     generator = torch.Generator(device=device).manual_seed(seed)
-    correct, nfe, to_stop, tokens, predictions, extra, floors = [], [], [], [], [], [], []
+    correct, nfe, to_stop, tokens, predictions, extra, floors, computed = [], [], [], [], [], [], [], []
     oracle_time = 0.0
     start = time.perf_counter()
     for begin in tqdm(range(0, len(split), batch_size), desc="sampling", disable=not progress, leave=False):
@@ -108,6 +114,7 @@ def sample_split(
             oracle_time += time.perf_counter() - oracle_start
         correct.append(task.score(predicted, target, answer_mask).cpu())
         nfe.append(counter.nfe)
+        computed.append(counter.tokens)
         to_stop.append(torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe))
         tokens.append(answer_mask.sum(1).cpu())
         extra.append(counter.extra)
@@ -125,5 +132,5 @@ def sample_split(
     return EvalResult(
         torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, predicted, extra_cost,
         torch.cat(floors).numpy() if oracle else None, torch.cat(to_stop).numpy(), torch.cat(tokens).numpy(),
-        task.sample_metrics(predicted),
+        task.sample_metrics(predicted), torch.cat(computed).numpy(),
     )

@@ -76,8 +76,10 @@ def evaluate_text_task(
                 handle.write(json.dumps({
                     "doc": doc.get("task_id", i), "correct": verdict.correct, "detail": verdict.detail,
                     "nfe": int(made.nfe[i]), "nfe_to_stop": int(made.nfe_to_stop[i]),
+                    "computed_tokens": int(made.computed_tokens[i]),
                     "generation": made.texts[i], "raw": made.raw[i]}) + "\n")
     return EvalResult(
         correct=np.array([v.correct for v in verdicts]), nfe=made.nfe, wall_time_s=made.wall_time_s,
         predictions=made.texts, nfe_to_stop=made.nfe_to_stop, answer_tokens=made.answer_tokens,
+        computed_tokens=made.computed_tokens,
     )
