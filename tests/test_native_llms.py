@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, compose_config
+from tiny_text_models import CHAT_TOKENS, MASK_TOKEN, native_checkpoint_dir
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
@@ -172,44 +173,13 @@ def test_dream_presets_reproduce_diffusion_generate(case: dict) -> None:
 
 # -- checkpoint directories as users have them ---------------------------------------------------------------
 
-CHAT_TOKENS = {"llada": ["<|startoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-               "dream": ["<|im_start|>", "<|im_end|>"]}
-MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>"}
-
-
-def checkpoint_dir(kind: str, directory: Path) -> Path:
-    """The fixture as a user's checkpoint directory: its config and weights, the hub's tokenizer configs, and a
-    tiny byte-level BPE of our own (the real vocabularies are not stored) whose special tokens sit at the
-    fixture's ids: end of text 1000 (eos and pad), the chat tokens after it, the mask token 1023."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    directory.mkdir()
-    for name in ["config.json", "model.safetensors", "generation_config.json"]:
-        shutil.copy(REFERENCE / kind / name, directory / name)
-    for file in (REFERENCE / kind / "hub_tokenizer").iterdir():
-        shutil.copy(file, directory / file.name)
-    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab.update({f"w{i}": i for i in range(len(vocab), 1000)})
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    declared = json.loads((directory / "tokenizer_config.json").read_text())["added_tokens_decoder"]
-    others = [t["content"] for _, t in sorted(declared.items(), key=lambda item: int(item[0]))]
-    first = ["<|endoftext|>", *CHAT_TOKENS[kind]]
-    specials = first + [t for t in others if t not in first and t != MASK_TOKEN[kind]]
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials[:23]])
-    backend.add_special_tokens([AddedToken(MASK_TOKEN[kind], special=True, normalized=False)])
-    backend.save(str(directory / "tokenizer.json"))
-    return directory
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_checkpoint_directory_loads_with_its_tokenizer_and_generates(kind: str, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from mdmkit.evaluation.generation import TextModel, generate
     from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 
-    directory = checkpoint_dir(kind, tmp_path / kind)
+    directory = native_checkpoint_dir(REFERENCE / kind, kind, tmp_path / kind)
     model = load_text_model(str(directory), HFModelConfig(kind=kind), "cpu")
     network, tokenizer = model.network, model.tokenizer
     assert isinstance(network, DiffusionLM) and network.mask_id == 1023
@@ -253,7 +223,8 @@ def test_dreams_hub_tokenizer_files_load_without_remote_code(tmp_path: Path) -> 
 def test_the_bfloat16_option_reaches_the_network(kind: str, tmp_path: Path) -> None:
     from mdmkit.models.hf import load_masked_diffusion
 
-    network, _ = load_masked_diffusion(str(checkpoint_dir(kind, tmp_path / kind)), kind, dtype="bfloat16")
+    directory = native_checkpoint_dir(REFERENCE / kind, kind, tmp_path / kind)
+    network, _ = load_masked_diffusion(str(directory), kind, dtype="bfloat16")
     assert network.embed.weight.dtype == torch.bfloat16
 
 

@@ -1,5 +1,6 @@
 """Tiny Hugging Face models, built locally: a BERT masked LM and a Llama causal LM on any tokenizer, and
-both with a byte-level tokenizer for the text-benchmark tests.
+both with a byte-level tokenizer for the text-benchmark tests; and the tiny LLaDA / Dream reference fixtures
+as user checkpoint directories (`native_checkpoint_dir`).
 
 The tokenizer encodes any text (code, math, unicode) and keeps special tokens for padding, masking and the
 end of text, so prompts from the real benchmark files run through the same code paths as LLaDA or Dream.
@@ -7,6 +8,8 @@ end of text, so prompts from the real benchmark files run through the same code 
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -74,3 +77,37 @@ def save_causal_lm(directory: Path, seed: int = 0) -> Path:
     tokenizer = byte_level_tokenizer()
     return save_llama(directory, tokenizer, seed, max_position_embeddings=4096,
                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+
+
+# -- the LLaDA / Dream reference fixtures as user checkpoint directories ------------------------------------
+
+CHAT_TOKENS = {"llada": ["<|startoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+               "dream": ["<|im_start|>", "<|im_end|>"]}
+MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>"}
+
+
+def native_checkpoint_dir(fixture: Path, kind: str, directory: Path) -> Path:
+    """The reference fixture `fixture` (`reference_models/<kind>`) as a user's checkpoint directory: its
+    config and weights, the hub's tokenizer configs, and a tiny byte-level BPE of our own (the real
+    vocabularies are not stored) whose special tokens sit at the fixture's ids: end of text 1000 (eos and
+    pad), the chat tokens after it, the mask token 1023."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    directory.mkdir()
+    for name in ["config.json", "model.safetensors", "generation_config.json"]:
+        shutil.copy(fixture / name, directory / name)
+    for file in (fixture / "hub_tokenizer").iterdir():
+        shutil.copy(file, directory / file.name)
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab.update({f"w{i}": i for i in range(len(vocab), 1000)})
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    declared = json.loads((directory / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    others = [t["content"] for _, t in sorted(declared.items(), key=lambda item: int(item[0]))]
+    first = ["<|endoftext|>", *CHAT_TOKENS[kind]]
+    specials = first + [t for t in others if t not in first and t != MASK_TOKEN[kind]]
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials[:23]])
+    backend.add_special_tokens([AddedToken(MASK_TOKEN[kind], special=True, normalized=False)])
+    backend.save(str(directory / "tokenizer.json"))
+    return directory

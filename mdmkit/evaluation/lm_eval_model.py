@@ -37,11 +37,18 @@ _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
 
 
 def sampler_from_args(name: str, overrides: dict[str, Any]):
-    """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated."""
+    """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated.
+
+    lm-eval reads `none` in model_args as None: a field whose preset value is a string (`cache=none`) takes it
+    back as the string; elsewhere None stays null (`block_length=none`).
+    """
     try:
-        node = OmegaConf.merge(option("sampler", name), overrides)
+        preset = option("sampler", name)
     except ConfigError as error:
         raise ConfigError(f"sampler={name}: no such sampler ({error})") from None
+    overrides = {key: "none" if value is None and isinstance(preset.get(key), str) else value
+                 for key, value in overrides.items()}
+    node = OmegaConf.merge(preset, overrides)
     return build(node, "sampler"), OmegaConf.to_container(node)
 
 
