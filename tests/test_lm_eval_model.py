@@ -178,10 +178,12 @@ def test_loglikelihood_returns_one_pair_per_request(masked_dir):
 @needs_data
 def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(masked_dir, monkeypatch):
     from mdmkit.lm_eval_tasks import utils
-    from mdmkit.sandbox import ENV_VAR
+    from mdmkit.sandbox import ENV_VAR, ISOLATION_ENV
+    from mdmkit.sandbox.isolation import available
 
     monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
     monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, available())  # bwrap, else the fallback (also on GPU nodes)
     utils.task.cache_clear()
     tasks = Path(utils.__file__).parent
     results = lm_eval.simple_evaluate(

@@ -18,7 +18,8 @@ from mdmkit.core.stopping import TextStop, find_stop
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 from mdmkit.samplers import EBSampler, NTPDecoder, SBDSampler, ThresholdSampler, TopKSampler
-from mdmkit.sandbox import ENV_VAR
+from mdmkit.sandbox import ENV_VAR, ISOLATION_ENV
+from mdmkit.sandbox.isolation import available as available_isolation
 from mdmkit.tasks.code import HumanEvalTask, MBPPTask
 from mdmkit.tasks.gsm8k import GSM8KTask, worked_solution
 
@@ -71,6 +72,7 @@ def test_humaneval_prompt_is_the_signature_and_stops_follow_the_model_family():
 @needs_data
 def test_reference_answers_score_correct_and_junk_scores_wrong(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, available_isolation())  # bwrap, else the fallback (also on GPUs)
     gsm = GSM8KTask(data_dir=DATA, limit=2)
     docs = gsm.docs("test")
     gold = [worked_solution(d["answer"]) for d in docs]
@@ -249,6 +251,7 @@ def test_evaluate_runs_text_tasks_end_to_end_with_a_tiny_model(task, masked_dir,
     from mdmkit.evaluation.evaluate import run_evaluation
 
     monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, available_isolation())  # bwrap, else the fallback (also on GPUs)
     shots = {"gsm8k": ["task.shots=1"], "humaneval": [], "mbpp": ["task.shots=1"]}[task]
     cfg = compose_config("evaluate", [
         f"task={task}", f"task.data_dir={DATA}", "task.max_gen_len=8", *shots, f"ckpt={masked_dir}",

@@ -1,14 +1,22 @@
-"""Running untrusted, model-written programs (HumanEval / MBPP checks) in a contained child process."""
+"""Running untrusted, model-written programs (HumanEval / MBPP checks): isolated, with unforgeable verdicts.
 
-from mdmkit.sandbox.runner import (
+Modules, one job each: `limits` (settings, results, the opt-in gate), `isolation` (bwrap or the process
+fallback), `cgroups` and `procs` (limits on the whole sandbox, and killing all of it), `channel` (one running
+sandbox seen from the caller), `codec` and `child` (plain data across the pipe; the candidate's side),
+`verdict` (the trusted checks), `runner` (entry points). docs/sandbox.md says what is contained in each mode.
+"""
+
+from mdmkit.sandbox.isolation import describe as describe_isolation
+from mdmkit.sandbox.limits import (
     ENV_VAR,
+    ISOLATION_ENV,
     ExecutionResult,
     SandboxLimits,
     UnsafeExecutionError,
     check_allowed,
-    run_many,
-    run_program,
 )
+from mdmkit.sandbox.runner import run_many, run_program
+from mdmkit.sandbox.verdict import Check
 
-__all__ = ["ENV_VAR", "ExecutionResult", "SandboxLimits", "UnsafeExecutionError", "check_allowed", "run_many",
-           "run_program"]
+__all__ = ["ENV_VAR", "ISOLATION_ENV", "Check", "ExecutionResult", "SandboxLimits", "UnsafeExecutionError",
+           "check_allowed", "describe_isolation", "run_many", "run_program"]

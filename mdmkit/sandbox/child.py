@@ -1,115 +1,201 @@
-"""The sandbox's intermediate process: run as the child's main script (`python -I -B child.py <config.json>`).
+"""The candidate's side of the sandbox: load the solution, then answer calls with plain data.
 
-Self-contained on purpose (standard library only): it runs in isolated mode inside the sandbox's temp dir.
+Runs inside the sandbox on a bare interpreter (`python -I -S`), shipped as compiled code together with
+`codec` (see `channel.py`), so it needs only the standard library. It holds no secret and decides no verdict:
+the candidate controls this interpreter completely, and whatever it sends back is only data that the trusted
+checks on the caller's side compare.
+
+The first frame on `req_fd` configures (limits, fallback); after it, frames on `rep_fd` answer those on
+`req_fd` one for one: `load` -> {"ok": "loaded"} | {"error": kind, "message": ...}; `call` -> {"ok": value} |
+{"raised": exception name, "message": ...}.
 """
 
-import ctypes
-import json
+import builtins
 import os
 import resource
 import sys
-import traceback
+import types
+
+from mdmkit.sandbox import codec
 
 
-def _main():
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
-    os.unlink(sys.argv[1])
-    token = cfg["token"]
-    report = cfg["report_fd"]
-    protections = []
+def read_frame(fd):
+    """The next message on `fd`, or None at end of file."""
+    header = _read_exactly(fd, 4)
+    if header is None:
+        return None
+    body = _read_exactly(fd, codec.header_length(header))
+    return None if body is None else codec.unpack(body)
 
-    def say(line):
-        try:
-            os.write(report, (line + "\n").encode())
-        except OSError:
-            pass
 
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        NEWNET, NEWPID = 0x40000000, 0x20000000
-        if libc.unshare(NEWNET | NEWPID) == 0:
-            protections += ["netns", "pidns"]
-        else:
-            for flag, name in ((NEWNET, "netns"), (NEWPID, "pidns")):
-                if libc.unshare(flag) == 0:
-                    protections.append(name)
-    except Exception:
-        pass
+def _read_exactly(fd, n):
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
+
+def _write(fd, message):
+    data = codec.pack(message)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _limit(config):
+    """rlimits: the kernel's per-process bounds (cgroups, where there are any, bound the whole sandbox). The
+    process count is a backstop a little above the watchdog's, so that the watchdog decides where it can."""
     mb = 1024 * 1024
-    limits = [
-        (resource.RLIMIT_AS, cfg["memory_mb"] * mb),
-        (resource.RLIMIT_NPROC, cfg["max_processes"]),
-        (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
-        (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_CPU, cfg["cpu_s"]),
-    ]
-    for which, value in limits:
+    for name, value in (("RLIMIT_AS", config["memory_mb"] * mb), ("RLIMIT_NPROC", config["max_processes"] + 2),
+                        ("RLIMIT_FSIZE", config["max_file_mb"] * mb), ("RLIMIT_NOFILE", config["max_open_files"]),
+                        ("RLIMIT_CORE", 0), ("RLIMIT_CPU", config["cpu_s"])):
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(getattr(resource, name), (value, value))
         except (ValueError, OSError):
             pass
-    protections += ["rlimits", "socket-guard", "session-kill"]
-    say("protections " + ",".join(protections))
 
-    pid = os.fork()
-    if pid == 0:
-        _program(cfg["program"], token, report, say)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        say(f"signal {os.WTERMSIG(status)}")
-        os._exit(128 + os.WTERMSIG(status))
-    code = os.WEXITSTATUS(status)
-    say(f"exit {code}")
-    os._exit(code)
 
-def _program(path, token, report, say):
-    import builtins
+def _unshare():
+    """Process fallback only: a network and pid namespace where the kernel allows one (as root)."""
+    import ctypes
+
+    found = []
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        net, pid = 0x40000000, 0x20000000
+        if libc.unshare(net | pid) == 0:
+            return ["netns", "pidns"]
+        for flag, name in ((net, "netns"), (pid, "pidns")):
+            if libc.unshare(flag) == 0:
+                found.append(name)
+    except (OSError, AttributeError):
+        pass
+    return found
+
+
+def _guard_sockets():
+    """Process fallback only: refuse internet sockets at the Python level (not a boundary: `_socket` works)."""
     import socket
 
-    class _GuardedSocket(socket.socket):
+    class GuardedSocket(socket.socket):
         def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
             if family != socket.AF_UNIX:
                 raise PermissionError("network access is disabled in the sandbox")
             super().__init__(family, type, proto, fileno)
 
-    def _denied(*args, **kwargs):
+    def denied(*args, **kwargs):
         raise PermissionError("network access is disabled in the sandbox")
 
-    socket.socket = _GuardedSocket
-    socket.SocketType = _GuardedSocket
-    socket.create_connection = _denied
-    socket.create_server = _denied
+    socket.socket = socket.SocketType = GuardedSocket
+    socket.create_connection = socket.create_server = denied
+
+
+_SOURCES = {}  # file name -> source, for tracebacks
+
+
+def _report(error, skip_frames=1):
+    """Print the candidate's traceback to stderr (the caller keeps it); a one-line summary of `error`."""
+    import linecache
+    import traceback
+
+    for name, source in _SOURCES.items():
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    tb = error.__traceback__
+    for _ in range(skip_frames):
+        tb = tb.tb_next if tb is not None else None
+    try:
+        traceback.print_exception(type(error), error, tb)
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    except BaseException:  # noqa: BLE001 -- a hostile __str__ must not stop the reply
+        text = type(error).__name__
+    return text[:500]
+
+
+def _load(message, namespace):
+    """Run the solution, then the dataset's setup code, as `__main__`; a reply saying how it went."""
+    for name, source in (("program.py", message["solution"]), ("setup.py", message.get("setup") or "")):
+        if not source:
+            continue
+        _SOURCES[name] = source
+        try:
+            code = compile(source, name, "exec")
+        except (SyntaxError, ValueError) as error:
+            return {"error": "syntax", "message": _report(error, skip_frames=99)}
+        try:
+            exec(code, namespace)  # noqa: S102 -- the candidate's code, which this whole sandbox is for
+        except BaseException as error:  # noqa: BLE001 -- SystemExit included: exiting early is not loading
+            return {"error": "exception", "message": _report(error)}
+    return {"ok": "loaded"}
+
+
+_PROTECTIONS = []  # what the fallback could set up (namespaces, socket guard), reported with the load
+_HANDLES = []  # objects returned as opaque handles, which the checks may pass back as arguments
+
+
+def _call(message, namespace):
+    def resolve(tag, value):
+        if tag == "ref" and value in namespace:
+            return namespace[value]
+        if tag == "handle" and type(value) is int and 0 <= value < len(_HANDLES):
+            return _HANDLES[value]
+        if tag == "builtin" and hasattr(builtins, str(value)):
+            return getattr(builtins, value)
+        raise NameError(f"name {value!r} is not defined" if tag == "ref" else f"no {tag} {value!r} here")
 
     try:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-        code = compile(source, path, "exec")
-    except (SyntaxError, ValueError, UnicodeDecodeError):
-        say("syntax-error")
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    sys.argv = [path]
-    namespace = {"__name__": "__main__", "__file__": path, "__builtins__": builtins, "__doc__": None}
-    try:
-        exec(code, namespace)
-    except SystemExit:
-        raise
-    except BaseException as error:
-        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
-        sys.stderr.flush()
-        os._exit(1)
-    say("done " + token)
-    sys.exit(0)
+        function = resolve("ref", message["name"])
+        args = codec.from_wire(message["args"], resolve)
+        kwargs = codec.from_wire(message["kwargs"], resolve)
+        result = function(*args, **kwargs)
+        return {"ok": codec.to_wire(result, _HANDLES)}
+    except BaseException as error:  # noqa: BLE001 -- everything the candidate raises is reported, not fatal
+        return {"raised": type(error).__name__[:100], "message": _report(error)}
 
 
-if __name__ == "__main__":
-    _main()
+def serve(req_fd, rep_fd, namespace):
+    """Answer requests until the caller closes the pipe."""
+    while True:
+        message = read_frame(req_fd)
+        if message is None:
+            return
+        if message.get("op") == "load":
+            reply = _load(message, namespace)
+            reply["protections"] = _PROTECTIONS
+        else:
+            reply = _call(message, namespace)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001, S110 -- the candidate may have replaced or closed them
+                pass
+        _write(rep_fd, reply)
+
+
+def main(req_fd, rep_fd):
+    """Configure from the first frame, then serve; in the process fallback, from a forked grandchild."""
+    config = read_frame(req_fd)
+    if config is None:
+        os._exit(0)
+    protections = []
+    if config["fallback"]:
+        protections = _unshare()
+        pid = os.fork()  # the candidate's parent is this throwaway process; it is pid 1 of the new namespace
+        if pid:
+            os.close(req_fd)
+            os.close(rep_fd)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            os._exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
+        _guard_sockets()
+        protections.append("socket-guard")
+    _limit(config)
+    _PROTECTIONS.extend(protections)
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = builtins
+    module.__file__ = "program.py"
+    sys.modules["__main__"] = module
+    sys.argv = ["program.py"]
+    serve(req_fd, rep_fd, module.__dict__)
+    os._exit(0)

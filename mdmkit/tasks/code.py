@@ -1,7 +1,8 @@
 """HumanEval and MBPP: the model writes Python, the project's sandbox runs it against the tests.
 
 Scoring executes untrusted code, so it refuses to run unless `MDMKIT_ALLOW_CODE_EXECUTION=1` (see
-`mdmkit.sandbox`). Each program runs in its own contained process; a crash or hang fails only its task.
+`mdmkit.sandbox` and docs/sandbox.md). Each solution runs in its own sandbox while the dataset's asserts run
+here, calling into it, so a crash or hang fails only its task and no program can fake a pass.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmkit.core.config import require
-from mdmkit.sandbox import SandboxLimits, run_many
-from mdmkit.tasks.extraction import extract_code, humaneval_program, mbpp_program
+from mdmkit.sandbox import Check, SandboxLimits, run_many
+from mdmkit.tasks.extraction import extract_code, humaneval_check, mbpp_check
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 
 
@@ -26,7 +27,7 @@ class CodeTask(TextTask):
         require(self.sandbox_workers >= 1, f"sandbox_workers={self.sandbox_workers} must be >= 1")
         SandboxLimits(timeout_s=self.sandbox_timeout_s, memory_mb=self.sandbox_memory_mb)  # range checks
 
-    def program(self, doc: dict, generation: str) -> str:
+    def program(self, doc: dict, generation: str) -> Check:
         raise NotImplementedError
 
     def score(self, docs: list[dict], generations: list[str]) -> list[Verdict]:
@@ -53,9 +54,9 @@ class HumanEvalTask(CodeTask):
     def format_prompt(self, doc: dict, fewshot: list[dict]) -> str:
         return doc["prompt"]
 
-    def program(self, doc: dict, generation: str) -> str:
+    def program(self, doc: dict, generation: str) -> Check:
         completion = extract_code(generation, doc["prompt"], doc["entry_point"])
-        return humaneval_program(doc["prompt"], completion, doc["entry_point"], doc["test"])
+        return humaneval_check(doc["prompt"], completion, doc["entry_point"], doc["test"])
 
 
 # MBPP's split of the original release by task id: exemplars ("prompt") 1-10, test 11-510, validation 511-600.
@@ -107,5 +108,6 @@ class MBPPTask(CodeTask):
         shots = "".join(self._question(d) + d["code"].replace("\r\n", "\n") + "\n[DONE]\n\n" for d in fewshot)
         return shots + self._question(doc)
 
-    def program(self, doc: dict, generation: str) -> str:
-        return mbpp_program(extract_code(generation), doc["test_list"], doc.get("test_setup_code", ""))
+    def program(self, doc: dict, generation: str) -> Check:
+        setup, reference = doc.get("test_setup_code", ""), doc.get("code")
+        return mbpp_check(extract_code(generation), doc["test_list"], setup, reference)

@@ -3,15 +3,20 @@
 Masked diffusion models emit a fixed-length canvas, so a raw generation usually carries junk after the answer
 (repeated few-shot questions, extra functions, chat chatter). These pure functions turn such text into what the
 benchmark scores: a canonical number for GSM8K, an executable program for HumanEval/MBPP. They never execute code.
+For scoring, `humaneval_check` / `mbpp_check` split a program into the candidate's part, which runs in the
+sandbox, and the dataset's checks, which run in the trusted caller (see `mdmkit.sandbox.verdict`).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 from mdmkit.core.stopping import find_stop
+from mdmkit.sandbox import Check
 
 # Stop ("generate_until") phrases from the EB-Sampler paper, Appendix C, Table 2. MBPP, GSM8K and MATH list a single
 # phrase spanning both model columns, so both models share it. Reconstruction notes (the text extraction of the
@@ -132,23 +137,78 @@ def _humaneval_harness(test: str, entry_point: str) -> str:
     return "\n" + test + "\n" + f"check({entry_point})\n"
 
 
-def humaneval_program(prompt: str, completion: str, entry_point: str, test: str) -> str:
-    """A runnable HumanEval program from an (already extracted) completion.
+def _humaneval_parts(prompt: str, completion: str, entry_point: str) -> tuple[str, str]:
+    """(the prompt before its own `def entry_point`, the full solution).
 
-    A completion that defines `entry_point` itself is used as the full function, keeping the part of the prompt
-    before the prompt's own `def` (imports, helper functions); otherwise it is a body continuing the prompt.
-    This is the EB paper's Appendix C.1.3 fix for Dream, which often restates the whole function.
+    A completion that defines `entry_point` itself is used as the full function, keeping that part of the prompt
+    (imports, helper functions); otherwise it is a body continuing the prompt. This is the EB paper's
+    Appendix C.1.3 fix for Dream, which often restates the whole function.
     """
-    if _defines(completion, entry_point):
-        header_match = _defines(prompt, entry_point)
-        header = prompt[: header_match.start()] if header_match else ""
-        solution = header + completion
-    else:
-        solution = prompt + completion
-    return solution + _humaneval_harness(test, entry_point)
+    header_match = _defines(prompt, entry_point)
+    header = prompt[: header_match.start()] if header_match else ""
+    return header, (header + completion if _defines(completion, entry_point) else prompt + completion)
+
+
+def humaneval_program(prompt: str, completion: str, entry_point: str, test: str) -> str:
+    """A runnable HumanEval program from an (already extracted) completion: solution, then the check harness."""
+    return _humaneval_parts(prompt, completion, entry_point)[1] + _humaneval_harness(test, entry_point)
+
+
+def humaneval_check(prompt: str, completion: str, entry_point: str, test: str) -> Check:
+    """The same program for the sandbox: the solution runs there; `check(entry_point)` runs in the caller, with
+    the prompt's helpers (e.g. `poly` for HumanEval/32) from the dataset, not from the candidate."""
+    header, solution = _humaneval_parts(prompt, completion, entry_point)
+    harness = _humaneval_harness(test, entry_point)
+    return Check(solution=solution, tests=harness, remote=(entry_point,), prelude=header)
 
 
 def mbpp_program(code: str, test_list: Sequence[str], test_setup_code: str = "") -> str:
     """A runnable MBPP program: solution, then setup (which may use the solution's classes), then the asserts."""
     parts = [code, test_setup_code, *test_list]
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def mbpp_check(
+    code: str, test_list: Sequence[str], test_setup_code: str = "", reference: str | None = None
+) -> Check:
+    """The same program for the sandbox: solution and setup run there, the asserts in the caller.
+
+    The asserts reach into the sandbox for the names the reference solution defines or the setup assigns
+    (task 126 defines `sum`, which the asserts call); every other name, built-ins included, stays the caller's.
+    Without a parseable reference, every name the asserts use that is not a built-in is the candidate's.
+    """
+    tests = "\n".join(test_list) + "\n"
+    used = _names(tests, ast.Load)
+    provided = _names(test_setup_code, ast.Store)
+    reference_names = _top_level_names(reference) if reference else None
+    if reference_names is None:
+        provided |= used - set(vars(builtins))
+    else:
+        provided |= reference_names
+    return Check(solution=code, tests=tests, remote=tuple(sorted(used & provided)), setup=test_setup_code)
+
+
+def _names(source: str, context: type) -> set[str]:
+    """Names `source` loads (ast.Load) or assigns (ast.Store); none if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, context)}
+
+
+def _top_level_names(source: str) -> set[str] | None:
+    """What a module binds at its top level (functions, classes, assignments, imports); None if unparseable."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:
+            bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return bound

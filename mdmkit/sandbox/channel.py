@@ -1,0 +1,319 @@
+"""One running sandbox seen from the caller: start it, exchange frames under a deadline, stop it completely.
+
+All waiting happens in `_exchange`, one selector over the reply pipe, the program's stdout and stderr and a
+pidfd: output is drained as it comes (kept up to a cap), the watchdog runs every 20 ms, and the deadline is
+checked on every wake-up, so the caller never blocks past the timeout, whatever the program does with its
+pipes. `stop` kills the whole sandbox (cgroup, pid namespace, process tree, session) and checks that nothing
+of it is left.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from mdmkit.sandbox import cgroups, codec, procs
+from mdmkit.sandbox.isolation import Backend, bwrap_argv, interpreter
+from mdmkit.sandbox.limits import SandboxLimits
+
+_POLL_S = 0.02
+_CHUNK = 65536
+# Reads the compiled `codec` and `child` modules from the request pipe and serves (see child.py).
+_BOOT = """import marshal, os, sys, types
+r, w = int(sys.argv[1]), int(sys.argv[2])
+def rd(n):
+    b = b""
+    while len(b) < n:
+        c = os.read(r, n - len(b))
+        if not c:
+            os._exit(0)
+        b += c
+    return b
+codes = marshal.loads(rd(int.from_bytes(rd(4), "big")))
+for name in ("mdmkit", "mdmkit.sandbox"):
+    sys.modules[name] = types.ModuleType(name)
+for name, code in codes:
+    m = sys.modules[name] = types.ModuleType(name)
+    exec(code, m.__dict__)
+    setattr(sys.modules["mdmkit.sandbox"], name.rsplit(".", 1)[1], m)
+sys.modules["mdmkit.sandbox.child"].main(r, w)
+"""
+
+
+@lru_cache(maxsize=1)
+def _payload() -> bytes:
+    here = Path(__file__).parent
+    codes = [(f"mdmkit.sandbox.{name}", compile((here / f"{name}.py").read_text(), f"{name}.py", "exec"))
+             for name in ("codec", "child")]
+    body = marshal.dumps(codes)
+    return len(body).to_bytes(4, "big") + body
+
+
+class Stopped(BaseException):
+    """The sandbox stopped before answering (timeout, a limit, or the program ended); not an `Exception`, so
+    the dataset's checks cannot swallow it."""
+
+
+class Sandbox:
+    """A sandbox process: `start`, then `request` frames, then `stop` (always; also after `Stopped`)."""
+
+    def __init__(self, limits: SandboxLimits, backend: Backend):
+        self.limits, self.backend = limits, backend
+        self.status, self.reason = "", ""  # set once the sandbox was halted (timeout, killed, ended)
+        self.stdout, self.stderr = bytearray(), bytearray()
+        self.truncated = False
+        self.returncode: int | None = None
+        self.protections: list[str] = [backend.name] if not backend.fallback else []
+        self._reply, self._reply_eof = bytearray(), False
+        self._preamble, self._answered = b"", False
+        self._req = self._rep = self._pidfd = None
+        self._cgroup: cgroups.Cgroup | None = None
+        self._workdir: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._selector = selectors.DefaultSelector()
+        self.deadline = time.monotonic() + limits.timeout_s
+
+    # -- start ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        python, _ = interpreter()
+        req_r, self._req = os.pipe()
+        self._rep, rep_w = os.pipe()
+        argv = [python, "-I", "-S", "-B", "-c", _BOOT, str(req_r), str(rep_w)]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+        if self.backend.fallback:
+            self._workdir = cwd = tempfile.mkdtemp(prefix="mdmkit-sandbox-")
+            env.update(HOME=cwd, TMPDIR=cwd)
+        else:
+            argv, cwd = bwrap_argv(self.limits.disk_mb) + argv, "/"
+            env.update(HOME="/tmp", TMPDIR="/tmp")
+        parent, _ = cgroups.parent()
+        if parent is not None:
+            try:
+                self._cgroup = cgroups.Cgroup(parent, self.limits.memory_mb, self.limits.max_processes)
+                argv = self._cgroup.wrap(argv)
+                self.protections.append("cgroup")
+            except OSError:  # the hierarchy changed since the probe: the watchdog takes over
+                self._cgroup = None
+        try:
+            self._proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, pass_fds=(req_r, rep_w), close_fds=True,
+                                          start_new_session=True)
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        for fd in (self._req, self._rep, self._proc.stdout.fileno(), self._proc.stderr.fileno()):
+            os.set_blocking(fd, False)
+        self._selector.register(self._rep, selectors.EVENT_READ, "reply")
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ, "stdout")
+        self._selector.register(self._proc.stderr, selectors.EVENT_READ, "stderr")
+        try:
+            self._pidfd = os.pidfd_open(self._proc.pid)
+            self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):  # no pidfd (old kernel): the reply pipe's end of file tells instead
+            self._pidfd = None
+        config = {"fallback": self.backend.fallback, "memory_mb": self.limits.memory_mb,
+                  "max_processes": self.limits.max_processes, "max_file_mb": self.limits.max_file_mb,
+                  "max_open_files": self.limits.max_open_files, "cpu_s": int(self.limits.timeout_s) + 2}
+        self._preamble = _payload() + codec.pack(config)  # sent with the first request: one round trip
+        self.protections += ["rlimits"] + ([] if self._cgroup else ["watchdog"])
+
+    # -- exchange ------------------------------------------------------------------------------------------
+    def request(self, message: dict) -> dict:
+        data, self._preamble = self._preamble + codec.pack(message), b""
+        reply = self._exchange(data)
+        self._answered = True
+        self.protections += [p for p in reply.pop("protections", []) if p not in self.protections]
+        return reply
+
+    def _exchange(self, data: bytes) -> dict:
+        """Send `data`, then wait for one reply frame; raises `Stopped` (after halting) when none can come."""
+        if self.status:
+            raise Stopped(self.reason)
+        pending = memoryview(data)
+        self._selector.register(self._req, selectors.EVENT_WRITE, "request")
+        writing, next_watch = True, time.monotonic() + _POLL_S
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= self.deadline:
+                    self._halt("timeout", f"timed out after {self.limits.timeout_s:g} s")
+                if now >= next_watch:
+                    self._watch()
+                    next_watch = now + _POLL_S
+                for key, _ in self._selector.select(max(0.0, min(next_watch, self.deadline) - now)):
+                    if key.data == "request":
+                        pending = pending[self._write(pending):]
+                        if not pending:
+                            self._selector.unregister(self._req)
+                            writing = False
+                    elif key.data in ("reply", "exit"):  # after an exit, a last reply may still sit in the pipe
+                        message = self._read_reply()
+                        if message is not None:
+                            if not self._answered or "ok" not in message:  # loading, or a failure: was a limit
+                                self._watch()  # the cause (a fork refused by RLIMIT_NPROC)? then that decides
+                            return message
+                        if key.data == "exit":
+                            self._ended()
+                    else:
+                        self._drain(key.fileobj, key.data)
+        finally:
+            if writing:
+                self._selector.unregister(self._req)
+
+    def _write(self, pending: memoryview) -> int:
+        try:
+            return os.write(self._req, pending[:_CHUNK])
+        except BlockingIOError:
+            return 0
+        except BrokenPipeError:
+            self._ended()
+            return 0
+
+    def _read_reply(self) -> dict | None:
+        """A complete reply frame if one has arrived (at most max_reply_bytes are ever buffered)."""
+        cap = self.limits.max_reply_bytes + 4
+        while len(self._reply) <= cap:
+            try:
+                chunk = os.read(self._rep, _CHUNK)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self._reply_eof = True
+                break
+            self._reply += chunk
+        message = self._next_frame()
+        if message is None and self._reply_eof:
+            self._ended()
+        return message
+
+    def _next_frame(self) -> dict | None:
+        if len(self._reply) < 4:
+            return None
+        length = codec.header_length(bytes(self._reply[:4]))
+        if length > self.limits.max_reply_bytes:
+            cap = self.limits.max_reply_bytes
+            self._halt("failed", f"a reply of {length} bytes, more than max_reply_bytes={cap}")
+        if len(self._reply) < 4 + length:
+            return None
+        body, self._reply = bytes(self._reply[4:4 + length]), self._reply[4 + length:]
+        try:
+            message = codec.unpack(body)
+        except codec.WireError as error:
+            self.reject(str(error))
+        if type(message) is not dict:
+            self.reject("a frame that is not an object")
+        return message
+
+    def reject(self, why: str) -> None:
+        """The program broke the protocol: that fails it, and no check can catch it (raises `Stopped`)."""
+        self._halt("failed", f"the program answered with something that is not plain data ({why})")
+
+    def _drain(self, stream, name: str) -> None:
+        try:
+            chunk = os.read(stream.fileno(), _CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self._selector.unregister(stream)
+            return
+        sink = self.stdout if name == "stdout" else self.stderr
+        room = self.limits.max_output_bytes - len(sink)
+        sink += chunk[:room]
+        if len(chunk) > room:
+            self.truncated = True
+            self._halt("killed", f"output exceeded {self.limits.max_output_bytes} bytes")
+
+    # -- watchdog and ends ---------------------------------------------------------------------------------
+    def _members(self) -> list[int]:
+        if self._proc is None:
+            return []
+        members = procs.tree(self._proc.pid)
+        if self.backend.fallback:  # without a pid namespace, orphans leave the tree but keep the session
+            members += [pid for pid in procs.session(self._proc.pid) if pid not in members]
+        return members
+
+    def _watch(self) -> None:
+        if self._cgroup is not None:
+            breach = self._cgroup.breach()
+            if breach:
+                limit = self.limits.memory_mb if breach == "memory" else self.limits.max_processes
+                unit = "MB" if breach == "memory" else "tasks"
+                self._halt("killed", f"the sandbox reached its {breach} limit ({limit} {unit}, cgroup)")
+            return
+        tasks, rss = procs.usage(self._members())
+        if tasks > self.limits.max_processes:
+            self._halt("killed", f"more than {self.limits.max_processes} tasks (processes and threads)")
+        if rss > self.limits.memory_mb * 1024 * 1024:
+            self._halt("killed", f"more than {self.limits.memory_mb} MB of memory in all its processes")
+
+    def _ended(self) -> None:
+        """The sandbox's main process exited (or closed its pipes) without answering."""
+        try:
+            code = self._proc.wait(timeout=max(0.0, min(0.5, self.deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
+        self.returncode = code
+        self._drain_rest(self._proc.stderr, "stderr")
+        if not self._answered and self.stderr.startswith(b"bwrap: "):  # bubblewrap itself refused to start
+            self._halt("error", "could not start the sandbox: " + self.stderr.decode(errors="replace").strip())
+        if code is not None and (code < 0 or code > 128) and self._signal_name(code):
+            self._halt("killed", f"killed by signal {self._signal_name(code)}")
+        self._halt("failed", f"the program ended before answering (exit status {code})")
+
+    @staticmethod
+    def _signal_name(code: int) -> str:
+        number = -code if code < 0 else code - 128
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return ""
+
+    def _halt(self, status: str, reason: str) -> None:
+        if not self.status:
+            self.status, self.reason = status, reason
+        raise Stopped(reason)
+
+    # -- stop ----------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Kill everything of the sandbox, keep its last output, release pipes, cgroup and temp dir."""
+        try:
+            if self._cgroup is not None:
+                self._cgroup.kill()
+            if self._proc is not None:
+                # Killing a pid namespace's init ends the namespace; the snapshot also covers the fallback.
+                snapshot = procs.identities(self._members())
+                procs.kill_until_gone(lambda: sorted(set(procs.alive(snapshot)) | set(self._members())))
+                self._proc.wait()  # `returncode` stays None unless the program ended on its own
+                for stream, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr")):
+                    self._drain_rest(stream, name)
+        finally:
+            self._selector.close()
+            for fd in (self._req, self._rep, self._pidfd):
+                if fd is not None:
+                    os.close(fd)
+            if self._proc is not None:
+                self._proc.stdout.close()
+                self._proc.stderr.close()
+            if self._cgroup is not None:
+                self._cgroup.remove()
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _drain_rest(self, stream, name: str) -> None:
+        sink = self.stdout if name == "stdout" else self.stderr
+        while len(sink) < self.limits.max_output_bytes:
+            try:
+                chunk = os.read(stream.fileno(), _CHUNK)
+            except (BlockingIOError, OSError, ValueError):
+                return
+            if not chunk:
+                return
+            sink += chunk[: self.limits.max_output_bytes - len(sink)]

@@ -1,0 +1,220 @@
+"""Plain data across the sandbox's pipes: the only thing a candidate can hand back to the trusted checks.
+
+Both sides import this module (the sandbox gets it shipped as compiled code; standard library only). The
+candidate side turns any return value into JSON (`to_wire`, lenient: subclasses of built-in types become their
+base type, a few standard-library value types keep their identity, anything else becomes an opaque handle).
+The trusted side rebuilds values with `from_wire`, which accepts nothing but JSON's own types and the tags below
+and builds only exact built-in types (plus those standard-library types, from plain data): no object the
+candidate defined, so no `__eq__` of its own, ever reaches a comparison in the checks. An opaque handle is
+equal only to itself; passed back as an argument it becomes the candidate's object again (MBPP's `Pair(5, 24)`).
+"""
+
+import builtins
+import collections
+import json
+import struct
+import sys
+
+MAX_DEPTH = 64
+MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns
+_HEADER = struct.Struct(">I")
+
+
+class WireError(ValueError):
+    """A frame that is not plain data of the agreed shape."""
+
+
+class Ref:
+    """A name in the sandbox's namespace, sent as an argument (MBPP's setup objects)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Opaque:
+    """Stands in for a candidate's object that is not plain data: equal only to itself."""
+
+    __slots__ = ("handle", "kind", "text")
+
+    def __init__(self, kind, text, handle=None):
+        self.kind, self.text, self.handle = kind, text, handle
+
+    def __repr__(self):
+        return f"<opaque {self.kind}: {self.text}>"
+
+
+_MAPPINGS = ((collections.Counter, "Counter"), (collections.OrderedDict, "OrderedDict"), (dict, "dict"))
+_SEQUENCES = ((tuple, "tuple"), (list, "list"), (frozenset, "frozenset"), (set, "set"),
+              (collections.deque, "deque"))
+_VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+
+
+def to_wire(value, handles=None, depth=0):
+    """JSON-ready form of `value`. `handles` (candidate side) keeps objects that are not plain data, so that
+    they can come back as arguments; without it they travel as opaque stand-ins."""
+    if depth > MAX_DEPTH:
+        return {"t": "opaque", "v": ["nesting", f"deeper than {MAX_DEPTH} levels", None]}
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [to_wire(v, handles, depth + 1) for v in value]
+    if isinstance(value, Ref):
+        return {"t": "ref", "v": value.name}
+    if isinstance(value, Opaque):
+        return {"t": "handle", "v": value.handle} if value.handle is not None else {"t": "opaque", "v": [
+            value.kind, value.text, None]}
+    if isinstance(value, int):  # subclasses (IntEnum, ...) count as their base type's value
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    encoded = _container(value, kind, handles, depth)
+    if encoded is not None:
+        return encoded
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and getattr(builtins, name, None) is value:  # int, str, len: the same everywhere
+        return {"t": "builtin", "v": name}
+    if handles is not None:
+        handles.append(value)
+    text = object.__repr__(value)
+    return {"t": "opaque", "v": [getattr(kind, "__name__", "?"), text[:200], None if handles is None else len(
+        handles) - 1]}
+
+
+def _container(value, kind, handles, depth):
+    def each(values):
+        return [to_wire(v, handles, depth + 1) for v in values]
+
+    for base, tag in _MAPPINGS:
+        if isinstance(value, base):
+            return {"t": tag, "v": [[to_wire(k, handles, depth + 1), to_wire(v, handles, depth + 1)]
+                                    for k, v in value.items()]}
+    for base, tag in _SEQUENCES:
+        if isinstance(value, base):
+            return {"t": tag, "v": each(value)}
+    if isinstance(value, (bytes, bytearray)):
+        return {"t": "bytearray" if isinstance(value, bytearray) else "bytes", "v": bytes(value).hex()}
+    if isinstance(value, complex):
+        return {"t": "complex", "v": [value.real, value.imag]}
+    decimal, fractions = sys.modules.get("decimal"), sys.modules.get("fractions")  # loaded iff ever used
+    if decimal and isinstance(value, decimal.Decimal):
+        return {"t": "Decimal", "v": str(value)}
+    if fractions and isinstance(value, fractions.Fraction):
+        return {"t": "Fraction", "v": [value.numerator, value.denominator]}
+    if kind is range:
+        return {"t": "range", "v": [value.start, value.stop, value.step]}
+    if kind in _VIEWS:
+        return {"t": _VIEWS[kind], "v": each(list(v) if kind is type({}.items()) else v for v in value)}
+    if hasattr(kind, "__next__"):  # generators, map, zip, itertools...: `list(x)` works, `x == [...]` does not
+        items = []
+        for item in value:
+            if len(items) >= MAX_ITEMS:
+                return {"t": "opaque", "v": [kind.__name__, f"an iterator of more than {MAX_ITEMS} items", None]}
+            items.append(to_wire(item, handles, depth + 1))
+        return {"t": "iterator", "v": items}
+    return None
+
+
+def _hashable(values):
+    for v in values:
+        try:
+            hash(v)
+        except TypeError:
+            raise WireError(f"unhashable {type(v).__name__} in a set or as a key") from None
+    return values
+
+
+def from_wire(data, resolve=None, depth=0):
+    """Rebuild a value from `to_wire`'s form; only exact built-in (and listed standard) types come out.
+
+    `resolve(tag, value)` turns a `ref`, `handle` or `builtin` into the object (candidate side); elsewhere the
+    first two are errors and `builtin` names a built-in type.
+    """
+    if depth > MAX_DEPTH:
+        raise WireError(f"nested deeper than {MAX_DEPTH} levels")
+    kind = type(data)
+    if data is None or kind in (bool, int, float, str):
+        return data
+    if kind is list:
+        return [from_wire(v, resolve, depth + 1) for v in data]
+    if kind is not dict or set(data) != {"t", "v"} or type(data["t"]) is not str:
+        raise WireError(f"unexpected {kind.__name__} in a frame")
+    tag, v = data["t"], data["v"]
+
+    def items():
+        if type(v) is not list:
+            raise WireError(f"{tag} needs a list")
+        return [from_wire(x, resolve, depth + 1) for x in v]
+
+    def pairs():
+        out = {}
+        for pair in items():
+            if type(pair) is not list or len(pair) != 2:
+                raise WireError(f"{tag} needs [key, value] pairs")
+            out[_hashable(pair[:1])[0]] = pair[1]
+        return out
+
+    if tag in ("tuple", "list", "deque", "iterator"):
+        return {"tuple": tuple, "list": list, "deque": collections.deque, "iterator": iter}[tag](items())
+    if tag == "set":  # built as a set literal is (from a frozenset), so it iterates in the same order
+        return set(frozenset(_hashable(items())))
+    if tag == "frozenset":
+        return frozenset(_hashable(items()))
+    if tag in ("dict", "OrderedDict", "Counter", "items"):
+        mapping = pairs()
+        return {"dict": dict, "OrderedDict": collections.OrderedDict, "Counter": collections.Counter,
+                "items": lambda m: m.items()}[tag](mapping)
+    if tag == "keys":
+        return dict.fromkeys(_hashable(items())).keys()
+    if tag == "values":
+        return dict(enumerate(items())).values()
+    if tag in ("ref", "handle", "builtin") and resolve is not None:
+        return resolve(tag, v)
+    if tag == "opaque" and type(v) is list and len(v) == 3 and type(v[0]) is str and type(v[1]) is str:
+        return Opaque(v[0][:100], v[1][:200], v[2] if type(v[2]) is int else None)
+    return _scalar(tag, v)
+
+
+def _scalar(tag, v):
+    try:
+        if tag == "builtin" and type(v) is str and isinstance(getattr(builtins, v, None), type):
+            return getattr(builtins, v)  # types only: int, str, ... (no functions such as exec or open)
+        if tag in ("bytes", "bytearray") and type(v) is str:
+            return (bytes if tag == "bytes" else bytearray).fromhex(v)
+        if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
+            return complex(v[0], v[1])
+        if tag == "Decimal" and type(v) is str and len(v) <= 1000:
+            import decimal
+
+            return decimal.Decimal(v)
+        if tag == "Fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v):
+            import fractions
+
+            return fractions.Fraction(v[0], v[1])
+        if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v):
+            return range(*v)
+    except (ValueError, ZeroDivisionError, ArithmeticError) as error:
+        raise WireError(f"bad {tag}: {error}") from None
+    raise WireError(f"unknown tag {tag[:40]!r}")
+
+
+def pack(message):
+    """One frame: a 4-byte big-endian length, then the message as UTF-8 JSON."""
+    body = json.dumps(message, ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass")
+    return _HEADER.pack(len(body)) + body
+
+
+def unpack(body):
+    """The message of one frame's body (trusted side: any failure is a `WireError`)."""
+    try:
+        return json.loads(body.decode("utf-8", "surrogatepass"))
+    except (ValueError, RecursionError, UnicodeDecodeError) as error:
+        raise WireError(f"not JSON: {str(error)[:200]}") from None
+
+
+def header_length(header):
+    return _HEADER.unpack(header)[0]

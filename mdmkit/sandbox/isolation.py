@@ -1,0 +1,145 @@
+"""Which isolation runs a program: bubblewrap where it works, else the process fallback, and the rules between.
+
+`bwrap` gives the program a read-only view of the system's /usr and of the interpreter alone (no checkout, no
+home directory, no results files, no /etc beyond the loader cache), a private size-bounded /tmp and /dev/shm as
+its only writable places, and new user, pid, network, ipc, uts and cgroup namespaces; it dies with its parent
+and runs in its own session. The `process` fallback is the older sandbox: a child process with rlimits, a
+Python-level socket guard and, as root, network and pid namespaces; it shares the caller's file system and
+/proc. `auto` takes bwrap when it works, refuses on a GPU node (shared machines, where a run must not be able
+to touch other users' files), and elsewhere falls back to `process` with one warning naming what that does not
+contain. docs/sandbox.md has the whole table.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+
+from mdmkit.sandbox.limits import ISOLATION_ENV, UnsafeExecutionError
+
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_warned = threading.Event()
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How programs start: `bwrap` or the `process` fallback."""
+
+    name: str
+
+    @property
+    def fallback(self) -> bool:
+        return self.name == "process"
+
+
+BWRAP, PROCESS = Backend("bwrap"), Backend("process")
+
+
+def interpreter() -> tuple[str, str]:
+    """(the bare interpreter, its installation prefix): the venv's base Python, which the sandbox may see."""
+    executable = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(executable), os.path.realpath(sys.base_prefix)
+
+
+def bwrap_argv(disk_mb: int) -> list[str]:
+    """bubblewrap's options up to the command (which follows)."""
+    size = str(disk_mb * 1024 * 1024)
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    for path in _SYSTEM_DIRS:  # merged-/usr systems link these into /usr; others have real directories
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    _, prefix = interpreter()
+    if prefix != "/usr" and not prefix.startswith("/usr/"):
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--dev", "/dev", "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
+             "--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/",
+             "--chdir", "/tmp", "--"]
+    return argv
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_status() -> tuple[bool, str]:
+    """(whether bwrap runs the interpreter here, why not): one probe per process."""
+    if shutil.which("bwrap") is None:
+        return False, "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    python, _ = interpreter()
+    try:
+        probe = subprocess.run(bwrap_argv(1) + [python, "-I", "-S", "-c", "pass"], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=30, env={"PATH": "/usr/bin:/bin"}, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, f"bwrap does not start: {error}"
+    if probe.returncode != 0:
+        line = (probe.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        return False, f"bwrap fails here ({line}); user namespaces may be disabled"
+    return True, ""
+
+
+def available() -> str:
+    """The strongest mode that runs here: `bwrap` where it works, else `process` (which never refuses)."""
+    return "bwrap" if bwrap_status()[0] else "process"
+
+
+def gpu_node() -> bool:
+    """A machine with an NVIDIA or AMD GPU: shared nodes, where the fallback is refused unless asked for."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd") or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def not_contained() -> str:
+    """What the process fallback does not contain, for this user."""
+    gaps = ["file-system reads and writes anywhere this user may", "files left in /dev/shm",
+            "the caller's /proc (its environment and memory)", "setns() into the caller's namespaces"]
+    if os.geteuid() != 0:
+        gaps += ["sockets to the caller's loopback", "signals to the caller and other processes of this user",
+                 "children that setsid() and double-fork (they outlive the run)"]
+    return "; ".join(gaps)
+
+
+def resolve(isolation: str) -> Backend:
+    """The backend for `isolation` (auto | bwrap | process), or `UnsafeExecutionError` saying what to do."""
+    if isolation == "process":
+        _warn_once("isolation=process was asked for")
+        return PROCESS
+    usable, why = bwrap_status()
+    if usable:
+        return BWRAP
+    if isolation == "bwrap":
+        raise UnsafeExecutionError(f"sandbox isolation=bwrap, but {why}")
+    if gpu_node():
+        raise UnsafeExecutionError(
+            f"refusing to run generated code on a GPU node without real isolation: {why}; install bubblewrap, "
+            f"or set {ISOLATION_ENV}=process to accept the weaker process sandbox (docs/sandbox.md)")
+    _warn_once(why)
+    return PROCESS
+
+
+def _warn_once(why: str) -> None:
+    if not _warned.is_set():
+        _warned.set()
+        warnings.warn(f"mdmkit sandbox: {why}; generated code runs in the weaker process sandbox, which does NOT "
+                      f"contain: {not_contained()} (docs/sandbox.md)", RuntimeWarning, stacklevel=4)
+
+
+def describe(isolation: str | None = None) -> str:
+    """One line on what `isolation` (default: $MDMKIT_SANDBOX_ISOLATION or auto) amounts to on this machine."""
+    from mdmkit.sandbox import cgroups
+
+    mode = isolation or os.environ.get(ISOLATION_ENV, "auto")
+    usable, why = bwrap_status()
+    cgroup, no_cgroup = cgroups.parent()
+    limits = "cgroup v2 memory and pids limits" if cgroup else f"rlimits and a /proc watchdog ({no_cgroup})"
+    if mode != "process" and usable:
+        return f"bwrap (read-only system, private /tmp, no network, new namespaces) with {limits}"
+    if mode == "bwrap" or (mode == "auto" and gpu_node()):
+        return f"refused: {why}"
+    return f"process fallback ({why or 'asked for'}) with {limits}; not contained: {not_contained()}"

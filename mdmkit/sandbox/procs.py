@@ -1,0 +1,123 @@
+"""The sandbox's processes as /proc shows them: who they are, what they use, and killing them all.
+
+Used by the watchdog where no cgroup bounds the sandbox, and to make sure nothing outlives a run. A pid
+namespace (bwrap; the process fallback as root) keeps every process of the sandbox a descendant of its first
+process, since orphans are re-parented to the namespace's init; without one, a process that double-forks and
+calls setsid() escapes both the tree and the session, which docs/sandbox.md states.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after "pid (comm)", or None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return None if not fields or fields[0] in (b"Z", b"X") else fields
+
+
+def _children(pid: int) -> list[int] | None:
+    """Children of every thread of `pid`; None if the kernel has no /proc/*/task/*/children."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return found
+
+
+def _all_parents() -> dict[int, int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def tree(root: int) -> list[int]:
+    """`root` and its live descendants (root first)."""
+    if _stat_fields(root) is None:
+        return []
+    found, queue, parents = [root], [root], None
+    while queue:
+        pid = queue.pop()
+        kids = _children(pid)
+        if kids is None:  # no children files: one scan of /proc gives every parent
+            parents = parents if parents is not None else _all_parents()
+            kids = [child for child, parent in parents.items() if parent == pid]
+        for child in kids:
+            if child not in found:
+                found.append(child)
+                queue.append(child)
+    return found
+
+
+def session(sid: int) -> list[int]:
+    """Live processes whose session id is `sid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def usage(pids: list[int]) -> tuple[int, int]:
+    """(tasks: processes and their threads, resident memory in bytes) of `pids`."""
+    tasks = rss = 0
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None and len(fields) > 21:
+            tasks += int(fields[17])
+            rss += int(fields[21]) * _PAGE
+    return tasks, rss
+
+
+def identities(pids: list[int]) -> list[tuple[int, bytes]]:
+    """(pid, start time) pairs: a pid the kernel reuses for another process later no longer matches."""
+    found = []
+    for pid in pids:
+        if (fields := _stat_fields(pid)) is not None and len(fields) > 19:
+            found.append((pid, fields[19]))
+    return found
+
+
+def alive(identified: list[tuple[int, bytes]]) -> list[int]:
+    """The pids of `identified` still running as the same processes (zombies count as gone)."""
+    return [pid for pid, start in identified if (f := _stat_fields(pid)) is not None and f[19:20] == [start]]
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_until_gone(find, patience_s: float = 2.0) -> list[int]:
+    """SIGKILL whatever `find()` returns until it returns nothing; the survivors if patience runs out."""
+    deadline = time.monotonic() + patience_s
+    while (pids := find()) and time.monotonic() < deadline:
+        kill(pids)
+        time.sleep(0.002)
+    return pids
