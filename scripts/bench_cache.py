@@ -17,6 +17,7 @@ and 8. The page is written by `mdmkit.analysis.kv_cache_page`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -65,7 +66,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--goal", type=float, default=2.0, help="dual / none per-token speed-up asked for on a CPU")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (speed)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                        help="network dtype for the speed run (default: float32 on a CPU, bfloat16 on a GPU)")
+    parser.add_argument("--goal", type=float, default=None,
+                        help="dual / none per-token speed-up asked for (default: 2 on a CPU, 3 on a GPU)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a tiny network, prompt 24 + answer 8, block 4, 2 steps, batch 1 and 2")
     parser.add_argument("--note", action="append", default=[], help="a line added under Notes (repeatable)")
@@ -74,6 +79,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--run-accuracy needs --checkpoint")
     if args.skip_speed and not args.out.with_name(args.out.name + ".json").is_file():
         parser.error(f"--skip-speed: {args.out}.json does not exist")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here")
+    gpu = args.device != "cpu"
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    args.goal = args.goal if args.goal is not None else (3.0 if gpu else 2.0)
     return args
 
 
@@ -120,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         setup = (SpeedSetup(prompt=24, answer=8, block_length=4, steps_per_block=2, batches=(1, 2), repeats=1)
                  if args.quick else SpeedSetup(args.prompt, args.answer, args.block, args.steps_per_block,
                                                tuple(args.batches), args.repeats))
-        network = random_network(llada_like(**shape))
+        setup = dataclasses.replace(setup, device=args.device, dtype=args.dtype)
+        network = random_network(llada_like(**shape), device=args.device, dtype=args.dtype)
         print(f"speed: {network.num_parameters() / 1e6:.1f}M parameters, {torch.get_num_threads()} threads, "
               f"{setup}", flush=True)
         speed = speed_record(network, setup, summarize(run_speed(network, setup), setup), command)

@@ -218,7 +218,7 @@ def _speed_setup(speed: Mapping[str, Any]) -> str:
             f"parameters (d_model {net['d_model']}, {net['n_layers']} layers, {net['n_heads']} heads, SwiGLU "
             f"{net['mlp_hidden']}, vocabulary {net['vocab_size']}). Canvas: prompt {setup['prompt']} + answer "
             f"{setup['answer']} tokens; `{setup['sampler']}`: {setup['nfe_per_row']} forwards per row in every "
-            f"mode. float32, {speed['threads']} threads, `torch.no_grad`; a warm-up generation per mode, then "
+            f"mode. {setup.get('dtype', 'float32')} on {setup.get('device', 'cpu')}, {speed['threads']} threads, `torch.no_grad`; a warm-up generation per mode, then "
             f"{setup['repeats']} rounds (each times one whole generation per batch and mode, modes rotated); "
             "median and range over rounds. Speed-up = none's time / this mode's within a round, median of rounds. "
             "Time in forwards: the network's share of the wall clock (the rest is the sampler loop).")
@@ -228,7 +228,7 @@ def kv_cache_page(page: Page, *, command: str, accuracy: list[dict[str, Any]], a
                   speed: Mapping[str, Any] | None, goal: float, notes: Sequence[str] = ()) -> tuple[list[str], dict]:
     """The markdown lines and the JSON record of `page`."""
     record = {"command": command, **stamp(), "accuracy": {**accuracy_source, "entries": accuracy},
-              "speed": speed, "speed_goal_cpu": goal, "gpu": "not measured (no GPU in the session that made this page)"}
+              "speed": speed, "speed_goal": goal}
     rows_file = page.name(".jsonl")
     header = (f"Reproduce: `{command}` (commit {record['git_commit']}, {record['machine']}, {record['date']}). "
               f"Raw numbers and provenance: `{page.name('.json')}`; accuracy rows: `{rows_file}`; figure: "
@@ -246,7 +246,10 @@ def kv_cache_page(page: Page, *, command: str, accuracy: list[dict[str, Any]], a
     if speed:
         md += [_speed_setup(speed), "", speed_table(speed["entries"]), "", *speed_goal_lines(speed["entries"], goal),
                *loop_lines(speed["entries"], speed["setup"]["prompt"] + speed["setup"]["answer"]),
-               "- GPU: not measured (no GPU in this session; the issue's GPU goal is dual >= 3x none).", ""]
+               *([] if speed["setup"].get("device", "cpu") != "cpu" else
+                 ["- GPU: not measured here (the issue's GPU goal is dual >= 3x none): on a GPU, "
+                  "`python scripts/bench_cache.py --device cuda --dtype bfloat16 --out docs/results/kv_cache_gpu`."]),
+               ""]
     else:
         md += ["Not measured in this run.", ""]
     if notes:

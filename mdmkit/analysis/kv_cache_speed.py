@@ -41,6 +41,8 @@ class SpeedSetup:
     batches: tuple[int, ...] = (1, 8)
     repeats: int = 3
     seed: int = 0
+    device: str = "cpu"  # cuda: timings synchronise the GPU
+    dtype: str = "float32"
 
     @property
     def nfe(self) -> int:
@@ -57,10 +59,11 @@ def llada_like(d_model: int = 512, n_layers: int = 6, n_heads: int = 8, mlp_hidd
                              rope_theta=500000.0, max_positions=max_positions, tie_embeddings=False)
 
 
-def random_network(config: DiffusionLMConfig, seed: int = 0) -> DiffusionLM:
-    """A `DiffusionLM` with random weights, in eval mode."""
+def random_network(config: DiffusionLMConfig, seed: int = 0, device: str = "cpu",
+                   dtype: str = "float32") -> DiffusionLM:
+    """A `DiffusionLM` with random weights, in eval mode, on `device` in `dtype`."""
     torch.manual_seed(seed)
-    return DiffusionLM(config).eval()
+    return DiffusionLM(config).eval().to(device=device, dtype=getattr(torch, dtype))
 
 
 class _TimedNetwork:
@@ -97,13 +100,22 @@ def canvas(setup: SpeedSetup, batch: int, vocab_size: int, mask_id: int) -> torc
     return torch.cat([prompt, torch.full((batch, setup.answer), mask_id)], dim=1)
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def generate(network: DiffusionLM, tokens: torch.Tensor, mode: str, setup: SpeedSetup) -> Generation:
-    """Fill `tokens` with `cache=mode` and time it."""
+    """Fill `tokens` with `cache=mode` and time it (on a GPU the forward share is only approximate: a forward's
+    time is its launch unless the sampler waits on its result)."""
     sampler = StepsSampler(steps=setup.steps_per_block, block_length=setup.block_length, cache=mode)  # type: ignore[arg-type]
     timed = _TimedNetwork(network)
     counter = ForwardCounter(timed, tokens.shape[0])  # type: ignore[arg-type]
+    tokens = tokens.to(setup.device)
+    _synchronize(tokens.device)
     start = time.perf_counter()
     sampler.sample(counter, tokens, network.mask_id)
+    _synchronize(tokens.device)
     seconds = time.perf_counter() - start
     return Generation(seconds, timed.seconds, int(counter.nfe.sum()), int(counter.tokens.sum()))
 
@@ -173,7 +185,7 @@ def speed_record(network: DiffusionLM, setup: SpeedSetup, entries: list[dict[str
         "network": {"architecture": "DiffusionLM (LLaDA settings), random weights",
                     "parameters": network.num_parameters(), **asdict(network.config)},
         "setup": {**asdict(setup), "nfe_per_row": setup.nfe, "sampler": f"StepsSampler(steps={setup.steps_per_block}, "
-                  f"block_length={setup.block_length}, cache=...)", "dtype": "float32"},
+                  f"block_length={setup.block_length}, cache=...)"},
         "threads": torch.get_num_threads(),
         "entries": entries,
     }
