@@ -2,6 +2,8 @@
 
 One sampler per run (Hydra multirun sweeps over them), or a whole grid (`sweep=...`) on one loaded model.
 Rows whose key is already in the results file are skipped, so a killed sweep resumes where it stopped.
+Under `torchrun --nproc_per_node=N` (or the N tasks of a SLURM job) every split is sharded across the processes
+and rank 0 writes the same rows a single process would (`distributed.py`), with `world_size` beside them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mdmkit.analysis.pareto_plot import plot_fronts
 from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.config import build, require, to_container
 from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.distributed import Ranks, init_ranks
 from mdmkit.evaluation.generation import check_decoder
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.runner import EvalResult, sample_split
@@ -48,7 +51,9 @@ def evaluate_test_split(
     seed: int,
 ) -> EvalResult:
     test = task.load_splits()["test"].head(limit)
-    return sample_split(network, task, test, sampler, batch_size=batch_size, seed=seed, progress=True)
+    result = sample_split(network, task, test, sampler, batch_size=batch_size, seed=seed, progress=True)
+    assert result is not None  # one process: the whole result
+    return result
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -63,12 +68,13 @@ class _Rows:
     """Builds results rows for one (model, task) pair: keys, provenance and shared context."""
 
     def __init__(self, cfg: DictConfig, checkpoint: str, checkpoint_sha: str, task_name: str, data: dict,
-                 weights: str, train_config: dict | None) -> None:
+                 weights: str, train_config: dict | None, ranks: Ranks) -> None:
         # batch_size is part of it: with temperature > 0 the random draws depend on how rows are batched
         self.measurement = {"checkpoint": checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
                             "batch_size": cfg.batch_size}
         self.common = {"checkpoint": checkpoint, "checkpoint_sha": checkpoint_sha, "weights": weights,
-                       "task": task_name, "seed": cfg.seed, "limit": cfg.limit}
+                       "task": task_name, "seed": cfg.seed, "limit": cfg.limit,
+                       "world_size": ranks.world_size}  # how many processes made it; not part of the key
         self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
     def key(self, kind: str, sampler: dict[str, Any]) -> str:
@@ -81,11 +87,13 @@ class _Rows:
                 "family": derive_family({"kind": kind, "sampler": sampler}), "params": params, **summary, **self.context}
 
 
-Measure = Callable[[SweepJob], EvalResult]
+Measure = Callable[[SweepJob], EvalResult | None]  # None on the ranks other than 0 of a data-parallel run
 
 
 def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows) -> list[dict]:
     result = measure(job)
+    if result is None:
+        return []
     summary = result.summary()
     made = [rows.row("evaluate", job.sampler, summary)]
     print(f"[{task_name}] {made[0]['family']}: {format_summary(summary)}")
@@ -99,24 +107,26 @@ def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, r
     return [append_record(cfg.results_file, row) for row in made]
 
 
-def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None) -> tuple[str, _Rows, Measure]:
+def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks) -> tuple[str, _Rows, Measure]:
     """A trained mdmkit checkpoint on a generated puzzle task (its own, or `task=` with the same vocabulary)."""
     trained = TrainedModel(cfg.ckpt)
     task = task if task is not None else trained.task
     network = trained.network(task).to(resolve_device(cfg.device))
     data = {"task": task.fingerprint(),
             "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
-    rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, "ema", trained.config)
+    rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, "ema", trained.config,
+                 ranks)
     test = task.load_splits()["test"].head(cfg.limit)  # once: every sampler sees the same examples
 
     def measure(job: SweepJob) -> EvalResult:
         sampler = build_sampler(job.sampler, network)
-        return sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle)
+        return sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle,
+                            ranks=ranks)
 
     return task.name, rows, measure
 
 
-def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
+def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Rows, Measure]:
     """A Hugging Face model (`ckpt` = directory or hub name, `hf.kind`) on GSM8K / HumanEval / MBPP."""
     hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
     if cfg.limit is not None:
@@ -126,15 +136,17 @@ def _text_setup(cfg: DictConfig, task: TextTask) -> tuple[str, _Rows, Measure]:
     for config in configs:
         check_decoder(hf.kind == "causal", build_sampler(config))
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
-    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None)
+    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None,
+                 ranks)
     generations = Path(cfg.results_file).parent / "generations"
 
     def measure(job: SweepJob) -> EvalResult:
         require(not job.oracle, "oracle=true is defined for puzzle tasks only")
         sampler = build_sampler(job.sampler, model.network)
         file = generations / f"{task.name}-{rows.key('evaluate', job.sampler)}.jsonl"
-        result = evaluate_text_task(model, task, sampler, cfg.batch_size, cfg.seed, file)
-        print(f"[{task.name}] generations: {file}")
+        result = evaluate_text_task(model, task, sampler, cfg.batch_size, cfg.seed, file, ranks)
+        if ranks.main:
+            print(f"[{task.name}] generations: {file}")
         return result
 
     return task.name, rows, measure
@@ -150,24 +162,30 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None) -> list[dict
     for job in jobs:
         build_sampler(job.sampler)  # every sampler is valid before the model is even loaded
     task = build(cfg.task, "task") if cfg.get("task") is not None else None
+    ranks = init_ranks(cfg.device)  # torchrun / SLURM tasks: this process's share of every split
     if isinstance(task, TextTask):
-        task_name, rows, measure = _text_setup(cfg, task)
+        task_name, rows, measure = _text_setup(cfg, task, ranks)
     else:
-        task_name, rows, measure = _puzzle_setup(cfg, task)
-    finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume else {}
+        task_name, rows, measure = _puzzle_setup(cfg, task, ranks)
+    finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume and ranks.main else {}
+    resumed = ranks.broadcast(set(finished))  # every rank skips the same samplers
 
     collected: list[dict[str, Any]] = []
-    for job in tqdm(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1):
+    for job in tqdm(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1 or not ranks.main):
         keys = [rows.key("evaluate", job.sampler)]
         if job.oracle:
             keys.append(rows.key("oracle", {"name": "oracle", "reference": job.sampler}))
-        if all(k in finished for k in keys):
+        if all(k in resumed for k in keys):
+            if not ranks.main:
+                continue
             done = finished[keys[0]]
             print(f"[{task_name}] {done['family']}: already in {cfg.results_file} (resume=false re-runs it): "
                   f"accuracy {done['accuracy']:.4f}, NFE mean {done['nfe_mean']:.2f}")
             collected += [finished[k] for k in keys]
             continue
         collected += _run_job(job, cfg, task_name, measure, rows)
+    if not ranks.main:
+        return []
     if len(jobs) > 1:
         print(runs_table(collected))
     name = f"{task_name}/{cfg.sweep.name if cfg.get('sweep') else collected[0]['family']}"

@@ -21,7 +21,9 @@ import torch
 from tqdm import tqdm
 
 from mdmkit.core.errors import CapabilityError, ConfigError
+from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnyStop, Stop, StopCondition, TextStop
+from mdmkit.evaluation.distributed import Ranks
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
@@ -192,41 +194,51 @@ def generate(
     seed: int = 0,
     chat: bool = False,
     progress: bool = True,
-) -> Generations:
+    ranks: Ranks = Ranks(),
+) -> Generations | None:
     """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter (a
-    causal LM takes a causal decoder such as `NTPDecoder`, and also stops at its end-of-text token)."""
+    causal LM takes a causal decoder such as `NTPDecoder`, and also stops at its end-of-text token).
+
+    Batch `i` draws from random stream `i` of `seed`; under data parallelism (`ranks`) each process runs its share
+    of the batches and rank 0 returns every prompt's answer, the other ranks None."""
     if gen_length < 1:
         raise ValueError(f"gen_length={gen_length} must be >= 1")
     check_sampler(model, sampler)
     mask_id = model.mask_id_for(sampler)
     device = next(model.network.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
     stop: Stop | None = TextStop(tuple(stops), model.decode) if stops else None
     if model.causal:
         eos = model.tokenizer.eos_token_id
         ends = [StopCondition.of([eos])] if eos is not None else []
         stop = AnyStop((*ends, *([stop] if stop is not None else []), AnswerBudget(gen_length)))
     make_canvas = _causal_canvas if model.causal else _masked_canvas
-    raw = [""] * len(prompts)
-    nfe, to_stop = np.zeros(len(prompts), dtype=np.int64), np.zeros(len(prompts), dtype=np.int64)
-    computed = np.zeros(len(prompts), dtype=np.int64)
+    rows_made: dict[int, tuple[str, int, int, int]] = {}  # row -> raw text, NFE, NFE to the stop, computed tokens
     start = time.perf_counter()
-    for begin in tqdm(range(0, len(prompts), batch_size), desc="generating", disable=not progress, leave=False):
-        encoded = [model.encode_prompt(p, chat, gen_length) for p in prompts[begin: begin + batch_size]]
+    batches = ranks.batches(len(prompts), batch_size)
+    for batch in tqdm(batches, desc="generating", disable=not (progress and ranks.main), leave=False):
+        encoded = [model.encode_prompt(p, chat, gen_length) for p in prompts[batch.begin: batch.end]]
+        generator = seeded_generator(stream_seed(seed, batch.index), device)
         for group in _row_groups(model, sampler, encoded):
             canvas, attention, starts = make_canvas([encoded[i] for i in group], gen_length, mask_id,
                                                     model.pad_id, device)
             counter = ForwardCounter(model.network, len(group))
             sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
-            rows = [begin + i for i in group]
-            for row, tokens, first in zip(rows, sampled.tokens.cpu(), starts):
-                raw[row] = model.decode(_settled(tokens[first: first + gen_length], mask_id))
-            nfe[rows] = counter.nfe.numpy()
-            computed[rows] = counter.tokens.numpy()
-            to_stop[rows] = torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe).numpy()
+            to_stop = torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe)
+            for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
+                text = model.decode(_settled(tokens[first: first + gen_length], mask_id))
+                rows_made[batch.begin + i] = (text, int(counter.nfe[j]), int(to_stop[j]), int(counter.tokens[j]))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    wall = time.perf_counter() - start
+    gathered = ranks.gather((rows_made, time.perf_counter() - start))
+    if gathered is None:
+        return None
+    made = {row: values for part, _ in gathered for row, values in part.items()}
+    ordered = [made[row] for row in range(len(prompts))]
+    raw = [text for text, *_ in ordered]
     texts = [truncate_at_stop(text, stops) for text in raw]
-    kept = np.array([len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts])
-    return Generations(raw, texts, nfe, to_stop, kept, wall, computed)
+    kept = np.array([len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts], dtype=np.int64)
+
+    def column(i: int) -> np.ndarray:
+        return np.array([values[i] for values in ordered], dtype=np.int64)
+
+    return Generations(raw, texts, column(1), column(2), kept, max(seconds for _, seconds in gathered), column(3))

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.evaluation.distributed import Ranks
 from mdmkit.io.results import wilson_interval
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.samplers import ForwardCounter, Sampler
@@ -78,6 +80,21 @@ def describe(counts: np.ndarray) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _BatchResult:
+    """What one batch produced, tagged with its position in the single-process order."""
+
+    index: int
+    correct: torch.Tensor
+    nfe: torch.Tensor
+    to_stop: torch.Tensor
+    answer_tokens: torch.Tensor
+    computed: torch.Tensor
+    extra: dict[str, torch.Tensor]
+    predicted: torch.Tensor
+    floor: torch.Tensor | None
+
+
 @torch.no_grad()
 def sample_split(
     network: nn.Module,
@@ -88,49 +105,60 @@ def sample_split(
     seed: int = 0,
     progress: bool = False,
     oracle: bool = False,
-) -> EvalResult:
+    ranks: Ranks = Ranks(),
+) -> EvalResult | None:
     """Mask every answer position, let `sampler` fill them, and score the completions.
 
-    With `oracle`, also compute each trajectory's oracle floor (its passes are not part of the timing).
+    Batch `i` draws from random stream `i` of `seed`, so under data parallelism (`ranks`: this process's share of
+    the batches) rank 0 returns the single-process result and the other ranks None. With `oracle`, also compute
+    each trajectory's oracle floor (its passes are not part of the timing).
     """
     require_capabilities(sampler, network)
     device = next(network.parameters()).device
     was_training = network.training
     network.eval()
-    generator = torch.Generator(device=device).manual_seed(seed)
-    correct, nfe, to_stop, tokens, predictions, extra, floors, computed = [], [], [], [], [], [], [], []
+    done: list[_BatchResult] = []
     oracle_time = 0.0
     start = time.perf_counter()
-    for begin in tqdm(range(0, len(split), batch_size), desc="sampling", disable=not progress, leave=False):
-        target = split.tokens[begin : begin + batch_size].to(device)
-        answer_mask = split.answer_mask[begin : begin + batch_size].to(device)
+    batches = ranks.batches(len(split), batch_size)
+    for batch in tqdm(batches, desc="sampling", disable=not (progress and ranks.main), leave=False):
+        target = split.tokens[batch.begin : batch.end].to(device)
+        answer_mask = split.answer_mask[batch.begin : batch.end].to(device)
         counter = ForwardCounter(network, target.shape[0])
         prompt = target.masked_fill(answer_mask, task.mask_id)
+        generator = seeded_generator(stream_seed(seed, batch.index), device)
         sampled = sampler.sample(counter, prompt, task.mask_id, generator, stop=task.stop_condition())
-        predicted = sampled.tokens
+        floor = None
         if oracle:
             oracle_start = time.perf_counter()
-            floors.append(oracle_floor(network, prompt, sampled, task.mask_id).cpu())
+            floor = oracle_floor(network, prompt, sampled, task.mask_id).cpu()
             oracle_time += time.perf_counter() - oracle_start
-        correct.append(task.score(predicted, target, answer_mask).cpu())
-        nfe.append(counter.nfe)
-        computed.append(counter.tokens)
-        to_stop.append(torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe))
-        tokens.append(answer_mask.sum(1).cpu())
-        extra.append(counter.extra)
-        predictions.append(predicted.cpu())
+        done.append(_BatchResult(
+            batch.index, task.score(sampled.tokens, target, answer_mask).cpu(), counter.nfe,
+            torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe), answer_mask.sum(1).cpu(),
+            counter.tokens, counter.extra, sampled.tokens.cpu(), floor))
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start - oracle_time
     network.train(was_training)
-    kinds = {kind for batch in extra for kind in batch}
-    extra_cost = {
-        kind: torch.cat([batch.get(kind, torch.zeros(len(n), dtype=torch.float64)) for batch, n in zip(extra, nfe)]).numpy()
-        for kind in sorted(kinds)
-    }
-    predicted = torch.cat(predictions)
+    gathered = ranks.gather((done, wall))
+    if gathered is None:
+        return None
+    parts = sorted((part for batch_results, _ in gathered for part in batch_results), key=lambda part: part.index)
+    return _merge(parts, max(seconds for _, seconds in gathered), task, oracle)
+
+
+def _merge(parts: list[_BatchResult], wall: float, task: PuzzleTask, oracle: bool) -> EvalResult:
+    """One result from every batch's, in split order (the task's split-level metrics on all predictions)."""
+    kinds = sorted({kind for part in parts for kind in part.extra})
+    extra_cost = {kind: torch.cat([part.extra.get(kind, torch.zeros(len(part.nfe), dtype=torch.float64))
+                                   for part in parts]).numpy() for kind in kinds}
+    predicted = torch.cat([part.predicted for part in parts])
+
+    def cat(field: str) -> np.ndarray:
+        return torch.cat([getattr(part, field) for part in parts]).numpy()
+
     return EvalResult(
-        torch.cat(correct).numpy(), torch.cat(nfe).numpy(), wall, predicted, extra_cost,
-        torch.cat(floors).numpy() if oracle else None, torch.cat(to_stop).numpy(), torch.cat(tokens).numpy(),
-        task.sample_metrics(predicted), torch.cat(computed).numpy(),
+        cat("correct"), cat("nfe"), wall, predicted, extra_cost, cat("floor") if oracle else None, cat("to_stop"),
+        cat("answer_tokens"), task.sample_metrics(predicted), cat("computed"),
     )

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from mdmkit.core.config import Validated, require
+from mdmkit.evaluation.distributed import Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
@@ -62,12 +63,18 @@ def evaluate_text_task(
     batch_size: int,
     seed: int,
     generations_file: Path | None = None,
-) -> EvalResult:
-    """Generate for every test document, score it, and (optionally) write one JSON line per document."""
+    ranks: Ranks = Ranks(),
+) -> EvalResult | None:
+    """Generate for every test document, score it, and (optionally) write one JSON line per document.
+
+    Data-parallel (`ranks`): each process generates for its batches; rank 0 scores all of them, writes the file
+    and returns the result, the other ranks None."""
     docs = task.docs("test")
     require(len(docs) > 0, f"{task.name}: the test split is empty")
     made = generate(model, task.prompts(), sampler, task.max_gen_len, task.stop_phrases, batch_size=batch_size,
-                    seed=seed, chat=task.chat)
+                    seed=seed, chat=task.chat, ranks=ranks)
+    if made is None:
+        return None
     verdicts = task.score(docs, made.texts)
     if generations_file is not None:
         generations_file.parent.mkdir(parents=True, exist_ok=True)
