@@ -65,3 +65,27 @@ def test_evaluate_runs_the_user_sampler_on_the_user_task(importable: None, tmp_p
     (row,) = [json.loads(line) for line in results.read_text().splitlines()]
     assert row["task"] == "easy_sudoku" and row["n"] == 8
     assert row["sampler"]["_target_"] == "my_extension.FractionSampler" and row["family"] == "fraction-confidence"
+
+
+def test_the_user_objective_masks_on_its_cosine_schedule(importable: None) -> None:
+    cfg = compose_config("train", [SEARCHPATH, "objective=cosine_masking"])
+    objective = build(cfg.objective, "objective")
+    assert type(objective).__name__ == "CosineMaskingLoss" and objective.t_min == 0.001  # mdmkit's default kept
+    tokens, answer = torch.arange(8).repeat(2000, 1), torch.arange(8).repeat(2000, 1) >= 2
+    corruption = objective.corrupt(tokens, answer, 99, torch.Generator().manual_seed(0))
+    u = torch.rand(2000, generator=torch.Generator().manual_seed(0))  # the same first draws
+    assert torch.allclose(corruption.t, (1 - torch.cos(torch.pi * u / 2)).clamp(min=0.001))
+    assert not corruption.masked[:, :2].any() and (corruption.noisy[corruption.masked] == 99).all()
+    # E[t] = 1 - 2/pi under the cosine schedule (0.5 under the linear one): the masked share of answer cells
+    assert corruption.masked[:, 2:].float().mean().item() == pytest.approx(1 - 2 / torch.pi, abs=0.02)
+    with pytest.raises(ConfigError, match="weighting=elbo"):
+        build(compose_config("train", [SEARCHPATH, "objective=cosine_masking", "objective.weighting=elbo"]).objective,
+              "objective")
+
+
+def test_train_runs_with_the_user_objective(importable: None, tmp_path: Path) -> None:
+    out = run_cli("train.py", SEARCHPATH, "objective=cosine_masking", *TINY, f"hydra.run.dir={tmp_path}/run",
+                  f"results_file={tmp_path}/t.jsonl", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    saved = torch.load(tmp_path / "run" / "model.pt", map_location="cpu", weights_only=False)
+    assert saved["config"]["objective"]["_target_"] == "my_extension.CosineMaskingLoss"

@@ -1,4 +1,4 @@
-"""A user's own sampler and task, kept outside mdmkit (README: "Your own sampler or task").
+"""A user's own sampler, task and training objective, kept outside mdmkit (docs/extending.md).
 
 mdmkit finds them through their config groups in my_conf/, added with `hydra.searchpath=[file://my_conf]`;
 this directory must be importable (run from it, or put it on PYTHONPATH).
@@ -7,10 +7,15 @@ this directory must be importable (run from it, or put it on PYTHONPATH).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+import math
 
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.objectives import MaskedDiffusionLoss
+from mdmkit.objectives.masked_diffusion import Corruption
 from mdmkit.samplers import MaskedSampler
 from mdmkit.samplers.budget import Ranked
 from mdmkit.tasks.sudoku import SudokuTask
@@ -44,3 +49,22 @@ class EasySudoku(SudokuTask):
     name = "easy_sudoku"
 
     n_givens: int | tuple[int, int] = 60
+
+
+@dataclass
+class CosineMaskingLoss(MaskedDiffusionLoss):
+    """Masked diffusion with a cosine masking schedule: t = 1 - cos(pi u / 2), u ~ U(0, 1), so that lightly masked
+    sequences (the last steps of sampling) are drawn more often; mean cross-entropy over masked tokens."""
+
+    weighting: Literal["elbo", "uniform"] = "uniform"  # the ELBO's 1/t weight belongs to the linear schedule
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.weighting == "uniform", f"weighting={self.weighting}: the cosine schedule trains with 'uniform'")
+
+    def corrupt(self, tokens: torch.Tensor, answer_mask: torch.Tensor, mask_id: int,
+                generator: torch.Generator | None) -> Corruption:
+        u = torch.rand(tokens.shape[0], generator=generator, device=tokens.device)
+        t = (1.0 - torch.cos(0.5 * math.pi * u)).clamp(min=self.t_min)
+        masked = (torch.rand(tokens.shape, generator=generator, device=tokens.device) < t[:, None]) & answer_mask
+        return Corruption(torch.where(masked, mask_id, tokens), masked, t)
