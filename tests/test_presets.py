@@ -1,8 +1,9 @@
 """Presets give the same tokens as the reference algorithms they follow, re-stated here step by step.
 
-Each reference below is a plain single-row transcription of the published decoding rule (LLaDA's
-low-confidence remasking, Dream's timestep schedule, Fast-dLLM's threshold and factor rules), kept apart
-from the library's batched loop so the two can disagree.
+Each reference below is a plain single-row re-statement of the decoding rule as the reference code applies it
+(LLaDA's `generate`, Dream's `diffusion_generate`, Fast-dLLM's `get_transfer_index` and
+`get_transfer_index_dynamic`; `factor` is the Fast-dLLM paper's rule), kept apart from the library's batched loop
+so the two can disagree. docs/samplers.md says which function of which repository each one follows.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ from fakes import random_transformer
 
 from mdmkit.core.config import build
 from mdmkit.samplers import ForwardCounter
-from mdmkit.samplers.ordering import entropy
 
 V, MASK, PROMPT, GEN = 9, 8, 4, 12
 
 
 network = partial(random_transformer, V, PROMPT + GEN, 1)
+
+
+def dream_network() -> torch.nn.Module:
+    """The same network with the mask token's logit lowered: it keeps a share of every softmax (which Dream's
+    scores include and LLaDA-style ones leave out) but is never the argmax at a position revealed here."""
+    net = network()
+    with torch.no_grad():
+        net.head.bias[MASK] -= 1.0
+    return net
 
 
 def prompts(rows: int = 4) -> torch.Tensor:
@@ -56,48 +65,77 @@ def llada_reference(net, x, steps_per_block: int, block_length: int) -> torch.Te
     return x
 
 
-def dream_reference(net, x, steps: int, alg: str, eps: float = 1e-3) -> torch.Tensor:
-    """Dream diffusion_generate(): reveal int(n_masked * (1 - s / t)) per step, the best by `alg`'s score."""
+def dream_reference(net, x, steps: int, alg: str, eps: float = 1e-3, generator=None) -> torch.Tensor:
+    """Dream diffusion_generate(): scores from the softmax over every token (the mask included); step i of
+    `steps` reveals int(n_masked * (1 - s / t)) (float32 times) best-scored masked positions, the last step the
+    rest; alg='origin' instead reveals each masked position whose uniform draw is below 1 - s / t."""
     x = x.clone()
-    times = torch.linspace(1, eps, steps + 1, dtype=torch.float64)
+    times = torch.linspace(1, eps, steps + 1)
     for i in range(steps):
         masked = torch.nonzero(x == MASK).flatten()
-        probs, x0 = predict(net, x)
-        score = {
-            "maskgit_plus": probs.max(-1).values,
-            "topk_margin": probs.topk(2, -1).values[:, 0] - probs.topk(2, -1).values[:, 1],
-            "entropy": -entropy(probs),
-        }[alg][masked]
-        count = len(masked) if i == steps - 1 else int(len(masked) * (1 - times[i + 1] / times[i]))
-        chosen = masked[score.topk(count).indices]
+        probs = net(x[None])[0].softmax(-1)
+        confidence, x0 = probs.max(-1)
+        top2 = probs.topk(2, -1).values
+        fraction = 1 - times[i + 1] / times[i]
+        if alg == "origin":
+            draws = torch.rand((1, len(x)), generator=generator)[0]
+            chosen = masked[draws[masked] < fraction] if i < steps - 1 else masked
+        else:
+            score = {
+                "maskgit_plus": confidence,
+                "topk_margin": top2[:, 0] - top2[:, 1],
+                "entropy": (probs * (probs + 1e-10).log()).sum(-1),
+            }[alg][masked]
+            count = len(masked) if i == steps - 1 else int(len(masked) * fraction)
+            chosen = masked[score.topk(count).indices]
+        assert (x0[chosen] != MASK).all()  # where Dream would write a mask back, mdmkit takes the runner-up
         x[chosen] = x0[chosen]
     return x
 
 
-def fastdllm_reference(net, x, block_length: int, tau: float | None = None, factor: float | None = None):
-    """Fast-dLLM parallel decoding inside semi-AR blocks, by threshold or by factor; at least one per step."""
+def fastdllm_count(confidence: torch.Tensor, tau: float | None, factor: float | None) -> int:
+    """How many of a block's masked positions, ranked by `confidence` (descending), one step reveals.
+
+    Threshold (get_transfer_index): the best one, plus every other one with confidence >= tau.
+    Factor (get_transfer_index_dynamic): walk the ranked positions while c_(n) >= 1 - f / (n + 1) (the first
+    always passes); stop at the first that fails; if that is the last one, take it too.
+    """
+    ranked = confidence.double().sort(descending=True).values.tolist()
+    if tau is not None:
+        return max(1, sum(c >= tau for c in ranked))
+    count = 0
+    for n, c in enumerate(ranked, start=1):
+        if n > 1 and c < 1 - factor / (n + 1):
+            break
+        count = n
+    return len(ranked) if count >= len(ranked) - 1 else count
+
+
+def factor_paper_count(confidence: torch.Tensor, factor: float) -> int:
+    """The Fast-dLLM paper's factor rule: the largest n with (n + 1)(1 - c_(n)) < f, at least one."""
+    ranked = confidence.sort(descending=True).values.tolist()
+    return max([1] + [n for n, c in enumerate(ranked, start=1) if (n + 1) * (1 - c) < factor])
+
+
+def fastdllm_reference(net, x, block_length: int, count) -> torch.Tensor:
+    """Fast-dLLM's generate(): semi-AR blocks, each filled step by step; `count(confidence)` is the rule."""
     x = x.clone()
     for start in range(PROMPT, PROMPT + GEN, block_length):
         while (x[start : start + block_length] == MASK).any():
             probs, x0 = predict(net, x)
             masked = torch.nonzero(x[start : start + block_length] == MASK).flatten() + start
             confidence = probs.max(-1).values[masked]
-            ranked = confidence.argsort(descending=True)
-            if tau is not None:
-                count = max(1, int((confidence >= tau).sum()))
-            else:
-                count = max([1] + [n for n in range(1, len(ranked) + 1)
-                                   if (n + 1) * (1 - confidence[ranked[n - 1]]) < factor])
-            chosen = masked[ranked[:count]]
+            chosen = masked[confidence.argsort(descending=True)[: count(confidence)]]
             x[chosen] = x0[chosen]
     return x
 
 
-def run_preset(name: str, overrides: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+def run_preset(name: str, overrides: list[str], net: torch.nn.Module | None = None, rows: int = 4,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     sampler = build(compose_config("evaluate", ["ckpt=x.pt", f"sampler={name}", *overrides]).sampler, "sampler")
-    x = prompts()
-    counter = ForwardCounter(network(), len(x))
-    return sampler.sample(counter, x, MASK).tokens, counter.nfe
+    x = prompts(rows)
+    counter = ForwardCounter(network() if net is None else net, len(x))
+    return sampler.sample(counter, x, MASK, generator).tokens, counter.nfe
 
 
 def test_llada_preset_matches_llada_generate() -> None:
@@ -109,19 +147,40 @@ def test_llada_preset_matches_llada_generate() -> None:
 
 
 @pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy"])
-def test_dream_presets_match_dream_generate(alg: str) -> None:
-    out, nfe = run_preset(f"dream_{alg}", ["sampler.steps=4"])
-    net, x = network(), prompts()
-    # 12 masked over 4 steps reveals 2, 4, 3, 3 (no step reveals zero, where the two would differ)
+@pytest.mark.parametrize("steps", [4, 16])
+def test_dream_presets_match_dream_generate(alg: str, steps: int) -> None:
+    out, nfe = run_preset(f"dream_{alg}", [f"sampler.steps={steps}"], dream_network())
+    net, x = dream_network(), prompts()
+    # 12 masks over 4 steps reveal 2, 4, 3, 3; over 16 steps most steps reveal none, and still run
     for row in range(len(x)):
-        assert torch.equal(out[row], dream_reference(net, x[row], steps=4, alg=alg))
-    assert nfe.tolist() == [4] * len(x)
+        assert torch.equal(out[row], dream_reference(net, x[row], steps=steps, alg=alg))
+    assert nfe.tolist() == [steps] * len(x)
 
 
-@pytest.mark.parametrize("name, kwargs", [("fastdllm_threshold", {"tau": 0.2}), ("fastdllm_factor", {"factor": 1.9})])
-def test_fastdllm_presets_match_fastdllm_decoding(name: str, kwargs: dict) -> None:
-    key, value = next(iter(kwargs.items()))
-    out, _ = run_preset(name, ["sampler.block_length=6", f"sampler.{key}={value}"])
+@pytest.mark.parametrize("seed", range(4))
+def test_dream_origin_matches_dream_generate_draw_for_draw(seed: int) -> None:
+    # one row: the loop draws one uniform per position and step from the generator, as the reference does
+    out, _ = run_preset("dream_origin", ["sampler.steps=6"], dream_network(), rows=1,
+                        generator=torch.Generator().manual_seed(seed))
+    expected = dream_reference(dream_network(), prompts(1)[0], steps=6, alg="origin",
+                               generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(out[0], expected)
+
+
+@pytest.mark.parametrize("name, overrides, count", [
+    ("fastdllm_threshold", ["sampler.tau=0.2"], partial(fastdllm_count, tau=0.2, factor=None)),
+    ("fastdllm_factor", ["sampler.factor=1.9"], partial(fastdllm_count, tau=None, factor=1.9)),
+    ("factor", ["sampler.factor=1.9", "sampler.block_length=6"], partial(factor_paper_count, factor=1.9)),
+])
+def test_fastdllm_presets_match_fastdllm_decoding(name: str, overrides: list[str], count) -> None:
+    out, _ = run_preset(name, ["sampler.block_length=6", *overrides])
     net, x = network(), prompts()
     for row in range(len(x)):
-        assert torch.equal(out[row], fastdllm_reference(net, x[row], block_length=6, **kwargs))
+        assert torch.equal(out[row], fastdllm_reference(net, x[row], block_length=6, count=count))
+
+
+def test_the_two_factor_presets_differ_on_this_network() -> None:
+    # the code's rule reveals the last masked position with the rest: fewer steps, other tokens
+    code, code_nfe = run_preset("fastdllm_factor", ["sampler.factor=1.9", "sampler.block_length=6"])
+    paper, paper_nfe = run_preset("factor", ["sampler.factor=1.9", "sampler.block_length=6"])
+    assert not torch.equal(code, paper) and (code_nfe <= paper_nfe).all() and (code_nfe < paper_nfe).any()

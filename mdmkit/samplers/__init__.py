@@ -3,6 +3,7 @@ from mdmkit.samplers.masked import (
     DreamStepsSampler,
     EBSampler,
     FactorSampler,
+    FastDllmFactorSampler,
     MaskedSampler,
     RevealAllSampler,
     StepsSampler,
@@ -12,6 +13,7 @@ from mdmkit.samplers.masked import (
 from mdmkit.samplers.ni import NISampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.samplers.p2_listing import P2ListingSampler
 from mdmkit.samplers.protocol import Sampled, Sampler
 from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
 
@@ -19,10 +21,12 @@ __all__ = [
     "DreamStepsSampler",
     "EBSampler",
     "FactorSampler",
+    "FastDllmFactorSampler",
     "ForwardCounter",
     "MaskedSampler",
     "NISampler",
     "NTPDecoder",
+    "P2ListingSampler",
     "P2Sampler",
     "RevealAllSampler",
     "SBDSampler",

@@ -2,8 +2,9 @@
 
 A rule sees a `Ranked` view (eligible positions sorted best first by the error proxy) and returns a count
 per row; the loop then reveals at least one and at most all eligible positions. Top-k, step schedules,
-EB-Sampler, Fast-dLLM threshold and factor differ only here. Each rule checks the ranges of its own
-parameters, once for every sampler that uses it (a bad value is a `ConfigError` naming the field).
+EB-Sampler, Fast-dLLM threshold and factor (the paper's rule and its code's) differ only here. Each rule checks
+the ranges of its own parameters, once for every sampler that uses it (a bad value is a `ConfigError` naming the
+field).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Ranked:
     n_eligible: torch.Tensor  # [R]
     step_in_block: torch.Tensor  # [R] steps already taken in the current block
     block_size: torch.Tensor  # [R] eligible positions when the current block started
+    error: torch.Tensor | None = None  # [R, L] the ordering's scores, ascending (padding: inf); None: not given
 
     @property
     def valid(self) -> torch.Tensor:
@@ -79,10 +81,13 @@ class DreamSchedule:
     """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1).
 
     In float32, as Dream computes it: in float64 the product lands on the other side of an integer now and then.
+    `random_count` is Dream's alg='origin' instead: each eligible position is revealed on its own with probability
+    1 - t_{i+1} / t_i, i.e. exactly the positions whose uniform draw (the `random` ordering's score) is below it.
     """
 
     steps: int
     eps: float = 1e-3
+    random_count: bool = False
 
     def __post_init__(self) -> None:
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")
@@ -92,7 +97,12 @@ class DreamSchedule:
         times = torch.linspace(1.0, self.eps, self.steps + 1, dtype=torch.float32)
         step = ranked.step_in_block.clamp(max=self.steps - 1).cpu()
         fraction = (1.0 - times[step + 1] / times[step]).to(ranked.n_eligible.device)
-        count = (ranked.n_eligible.float() * fraction).long()
+        if self.random_count:
+            if ranked.error is None:
+                raise ValueError("DreamSchedule(random_count=True) needs the ranked scores (the random draws)")
+            count = ((ranked.error < fraction[:, None]) & ranked.valid).sum(1)
+        else:
+            count = (ranked.n_eligible.float() * fraction).long()
         return torch.where(ranked.step_in_block >= self.steps - 1, ranked.n_eligible, count)
 
 
@@ -127,7 +137,8 @@ class ConfidenceThreshold:
 
 @dataclass(frozen=True)
 class ConfidenceFactor:
-    """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < f, c_(n) the n-th ranked confidence."""
+    """Fast-dLLM's factor rule as its paper states it: the largest n with (n + 1) * (1 - c_(n)) < f, c_(n) the
+    n-th ranked confidence (none: the loop reveals one). `FastDllmFactor` is the rule as its code applies it."""
 
     factor: float
 
@@ -138,6 +149,29 @@ class ConfidenceFactor:
         n = torch.arange(1, ranked.confidence.shape[1] + 1, device=ranked.confidence.device)
         holds = (n[None, :] + 1) * (1.0 - ranked.confidence) < self.factor
         return _prefix_length(holds & ranked.valid)
+
+
+@dataclass(frozen=True)
+class FastDllmFactor:
+    """Fast-dLLM's factor rule as its code applies it (`get_transfer_index_dynamic`, NVlabs/Fast-dLLM).
+
+    Ranked position n (1-based) passes when c_(n) >= 1 - f / (n + 1), compared in float64; the first always
+    passes. The count is the leading run of passes, except that a run covering all but the last eligible
+    position reveals the last one too. Against `ConfidenceFactor`: `>=` where the paper has a strict `<`, and
+    that last rule, so two masked positions are always revealed together.
+    """
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        require(self.factor > 0.0, f"factor={self.factor} must be > 0")
+
+    def __call__(self, ranked: Ranked) -> torch.Tensor:
+        n = torch.arange(1, ranked.confidence.shape[1] + 1, device=ranked.confidence.device, dtype=torch.float64)
+        passes = ranked.confidence.double() >= 1.0 - self.factor / (n[None, :] + 1.0)
+        passes[:, 0] = True
+        run = _prefix_length(passes & ranked.valid)
+        return torch.where(run >= ranked.n_eligible - 1, ranked.n_eligible, run)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from mdmkit.samplers.budget import (
     ConfidenceThreshold,
     DreamSchedule,
     EntropyBound,
+    FastDllmFactor,
     FixedCount,
     Ranked,
     RevealAll,
@@ -32,7 +33,7 @@ from mdmkit.samplers.budget import (
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.ordering import ERROR_PROXIES, entropy
+from mdmkit.samplers.ordering import ERROR_PROXIES, entropy, entropy_with_eps
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 _NO_BLOCK = torch.iinfo(torch.long).max
@@ -181,6 +182,7 @@ class MaskedSampler(Sampler):
                 probs, order,
                 confidence=chosen_prob.gather(1, order).masked_fill(columns >= n_eligible[:, None], 0.0),
                 n_eligible=n_eligible, step_in_block=step_in_block[rows], block_size=block_size[rows],
+                error=error.gather(1, order),
             )
             counts = torch.minimum(budget(ranked).clamp(min=0 if self.empty_steps else 1), n_eligible)
             reveal = torch.zeros_like(eligible).scatter(1, order, columns[None, :] < counts[:, None])
@@ -214,8 +216,10 @@ class DreamStepsSampler(MaskedSampler):
     """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule).
 
     The `dream_*` presets also set what Dream's `diffusion_generate` does beyond the schedule: `empty_steps` (a
-    step scheduled to reveal 0 tokens spends its forward and reveals nothing) and `mask_in_softmax` (confidence,
-    margin and entropy are read from the softmax over the whole vocabulary, the mask token included).
+    step scheduled to reveal 0 tokens spends its forward and reveals nothing), `mask_in_softmax` (confidence,
+    margin and entropy are read from the softmax over the whole vocabulary, the mask token included),
+    `entropy_eps` (the entropy order scores -sum p log(p + eps), Dream's 1e-10; 0: the exact entropy) and, for
+    alg='origin', `random_count` (each position revealed on its own with probability 1 - s/t: random order only).
     """
 
     budget_rule = DreamSchedule
@@ -223,6 +227,19 @@ class DreamStepsSampler(MaskedSampler):
     eps: float = DreamSchedule.eps
     empty_steps: bool = False
     mask_in_softmax: bool = False
+    entropy_eps: float = 0.0
+    random_count: bool = DreamSchedule.random_count
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.entropy_eps >= 0.0, f"entropy_eps={self.entropy_eps} must be >= 0")
+        require(not self.random_count or self.ordering == "random",
+                f"random_count=true needs ordering=random (Dream's alg='origin'), not ordering={self.ordering}")
+
+    def error_proxy(self) -> Callable[..., torch.Tensor]:
+        if self.ordering == "entropy" and self.entropy_eps > 0.0:
+            return entropy_with_eps(self.entropy_eps)
+        return super().error_proxy()
 
 
 @dataclass
@@ -243,10 +260,19 @@ class ThresholdSampler(MaskedSampler):
 
 @dataclass
 class FactorSampler(MaskedSampler):
-    """Fast-dLLM factor rule: the largest n with (n + 1) * (1 - c_(n)) < factor."""
+    """Fast-dLLM's factor rule as its paper states it: the largest n with (n + 1) * (1 - c_(n)) < factor."""
 
     budget_rule = ConfidenceFactor
     factor: float = 1.0
+
+
+@dataclass
+class FastDllmFactorSampler(MaskedSampler):
+    """Fast-dLLM's factor rule as its code applies it (budget.FastDllmFactor), in blocks of 32 as its scripts."""
+
+    budget_rule = FastDllmFactor
+    factor: float = 1.0
+    block_length: int | None = 32
 
 
 @dataclass

@@ -40,6 +40,15 @@ def margin_error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torc
     return top2[..., 1] - top2[..., 0]
 
 
+def entropy_with_eps(eps: float) -> Callable[..., torch.Tensor]:
+    """The entropy proxy as Dream's sampler computes it: -sum p log(p + eps) (eps > 0), not the exact entropy."""
+
+    def error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return -(probs * (probs + eps).log()).sum(-1)
+
+    return error
+
+
 def random_error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     return torch.rand(chosen_prob.shape, generator=generator, device=chosen_prob.device)
 

@@ -7,7 +7,9 @@ masked. Newly revealed positions take x0; revealed positions that survive keep t
 
 The stochasticity strength eta scales the (non-positive) scores of revealed positions: eta = 0 never re-masks
 (greedy ancestral decoding), eta = 1 ranks masked and revealed positions alike (RDM), eta > 1 re-masks more.
-Source: Peng et al., "Path Planning for Masked Diffusion Model Sampling", Algorithm 1 and Appendix E.
+Source: Peng et al., "Path Planning for Masked Diffusion Model Sampling", Algorithm 1 (exactly the kappa count
+is masked, ties broken deterministically). The paper's Appendix E listing differs on rounding, ties, tempered
+scores and the planner's input; docs/samplers.md ("Reference checks") lists how.
 """
 
 from __future__ import annotations
@@ -122,6 +124,18 @@ class P2Sampler(Sampler):
         unrevealed = 1.0 - KAPPAS[self.kappa]((step + 1) / self.steps)
         return torch.floor(free.double() * unrevealed + _FLOOR_SLACK).long().clamp(0)
 
+    def propose(self, logits: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x0 at every position and its score log p(x0) (see `draw_proposal`)."""
+        return draw_proposal(logits, self.temperature, generator)
+
+    def remask(self, score: torch.Tensor, count: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        """Bool [R, L]: the positions masked after this step, the `count` lowest scores (Algorithm 1's TopPos)."""
+        return lowest(score, count, ties_first=masked)
+
+    def planner_input(self, state: torch.Tensor, x0: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
+        """What the planner reads: the proposal x0 with the given tokens restored."""
+        return torch.where(fixed, state, x0)
+
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L] in exactly `steps` forwards per row.
 
@@ -163,9 +177,9 @@ class P2Sampler(Sampler):
         masked = state == run.mask_id
         revealed = ~masked & ~run.fixed
         logits = _without_mask(run.counter(state, run.rows, **run.kwargs), run.mask_id)
-        x0, logp = draw_proposal(logits, self.temperature, run.generator)
+        x0, logp = self.propose(logits, run.generator)
         score = self._scores(run, state, x0, logp, revealed, logits.shape[-1])
-        remask = lowest(score, self.masked_count(run.free, step), ties_first=masked) & ~run.fixed
+        remask = self.remask(score, self.masked_count(run.free, step), masked) & ~run.fixed
         state = torch.where(remask, run.mask_id, torch.where(masked, x0, state))
         revealed_at = torch.where(masked & ~remask, step, revealed_at)
         return state, revealed_at
@@ -192,7 +206,7 @@ class P2Sampler(Sampler):
         judged = revealed.any(1)
         if run.planner is None or not judged.any():
             return logp
-        proposal = torch.where(run.fixed, state, x0)[judged]
+        proposal = self.planner_input(state, x0, run.fixed)[judged]
         kwargs = {name: value[judged] for name, value in run.kwargs.items()}
         planner_logits = _without_mask(run.planner(proposal, **kwargs), run.mask_id)
         if planner_logits.shape != (*proposal.shape, vocab):
