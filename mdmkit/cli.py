@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -11,9 +14,26 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from mdmkit.core.config import to_container
 from mdmkit.core.errors import MdmkitError
+from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
 
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
+# wandb's banner and run summary (info only: its warnings and errors still show; WANDB_SHOW_INFO=true for all)
+os.environ.setdefault("WANDB_SHOW_INFO", "false")
+
+
+class _NoAdverts(logging.Filter):
+    """Lightning's "💡 Tip: ... try installing litlogger / litmodels" lines, on every job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).lstrip().startswith("💡 Tip")
+
+
+for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    logging.getLogger(_name).addFilter(_NoAdverts())
+
+_resume: ResumePlan | None = None  # set by `train` when ckpt_path= names a run directory
 
 
 def _fail(error: MdmkitError) -> None:
@@ -23,16 +43,45 @@ def _fail(error: MdmkitError) -> None:
         sys.exit(2)
 
 
+def train() -> None:
+    """`train.py [key=value ...]`. With `ckpt_path=<run directory or a checkpoint in its checkpoints/>` the run
+    goes on in its directory with its saved config, the overrides given now on top (see training/resume.py)."""
+    global _resume
+    try:
+        _resume = plan_resume(sys.argv[1:])
+    except MdmkitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    if _resume is not None:
+        sys.argv[1:] = _resume.argv
+    _train()
+
+
+def _resumed(cfg: DictConfig) -> tuple[DictConfig, Callable[[], None] | None]:
+    """The resumed run's config, and what records it in its directory once training starts (rank 0)."""
+    from hydra import compose
+
+    assert _resume is not None
+    plan = _resume
+    config = plan.config(cfg, lambda overrides: compose(config_name="train", overrides=overrides))
+    hydra_node = HydraConfig.get()
+    return config, (lambda: plan.record(config, hydra_node)) if is_rank_zero() else None
+
+
 @hydra.main(version_base="1.3", config_path="pkg://mdmkit.conf", config_name="train")
-def train(cfg: DictConfig) -> None:
-    # heavy imports after Hydra has parsed the command line
-    if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
-        from mdmkit.training.indicator.train import run_indicator_training as run
-    else:
-        from mdmkit.training.train import run_training as run
+def _train(cfg: DictConfig) -> None:
+    # checks, then heavy imports: a bad value stops before Lightning loads (seconds)
+    from mdmkit.training.preflight import check_components, check_run
 
     try:
-        run(cfg, Path(HydraConfig.get().runtime.output_dir))
+        cfg, on_start = _resumed(cfg) if _resume is not None else (cfg, None)
+        check_run(cfg)
+        if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
+            from mdmkit.training.indicator.train import run_indicator_training as run
+        else:
+            check_components(to_container(cfg))
+            from mdmkit.training.train import run_training as run
+        run(cfg, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)
     except MdmkitError as error:
         _fail(error)
 

@@ -26,13 +26,22 @@ from mdmkit.io.results import read_records  # noqa: E402
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every logged series of the run, by step. A resumed run logs to a new `csv/version_<n>`; where it went back
+    to an earlier checkpoint, its values replace the earlier version's from that step on."""
     series: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(run_dir.glob("csv/version_*/metrics.csv")):
+    versions = sorted(run_dir.glob("csv/version_*/metrics.csv"), key=lambda p: (len(p.parent.name), p.parent.name))
+    for path in versions:
         with path.open() as handle:
-            for row in csv.DictReader(handle):
-                for key, value in row.items():
-                    if key not in ("step", "epoch") and value not in ("", None):
-                        series.setdefault(key, []).append((int(row["step"]), float(value)))
+            rows = list(csv.DictReader(handle))
+        if not rows:
+            continue
+        start = min(int(row["step"]) for row in rows)
+        for key, points in series.items():
+            series[key] = [(step, value) for step, value in points if step < start]
+        for row in rows:
+            for key, value in row.items():
+                if key not in ("step", "epoch") and value not in ("", None):
+                    series.setdefault(key, []).append((int(row["step"]), float(value)))
     return series
 
 
@@ -65,8 +74,9 @@ def main() -> None:
     parser.add_argument("--notes", default="", help="extra markdown appended to the page")
     args = parser.parse_args()
 
-    model_path = str(args.run_dir / "model.pt")
-    records = [r for r in read_records(args.results_file) if r.get("kind") == "train" and r["checkpoint"] == model_path]
+    model_path = (args.run_dir / "model.pt").resolve()  # records hold absolute paths; run_dir may be relative
+    records = [r for r in read_records(args.results_file)
+               if r.get("kind") == "train" and Path(r["checkpoint"]).resolve() == model_path]
     if not records:
         raise SystemExit(f"no train record for {model_path} in {args.results_file}")
     record = records[-1]

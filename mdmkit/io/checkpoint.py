@@ -19,11 +19,16 @@ from mdmkit.tasks.base import PuzzleTask
 EMA_PREFIX = "ema.shadow."
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, mmap: bool = False) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            return torch.load(path, map_location="cpu", weights_only=False)  # the legacy format cannot be mapped
     except Exception as error:  # a truncated or foreign file: one line, not a pickle traceback
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
 
@@ -33,10 +38,64 @@ def build_task(config: dict[str, Any]) -> PuzzleTask:
     return build(config["task"], "task")
 
 
+def build_model_spec(config: dict[str, Any], task: PuzzleTask) -> Any:
+    """The validated model spec of a resolved run config, sized for `task` (no weights allocated yet)."""
+    return build(config["model"], "model", vocab_size=task.vocab_size, max_len=task.seq_len)
+
+
 def build_network(config: dict[str, Any], task: PuzzleTask) -> MaskedTransformer:
     """The (untrained) network of a resolved run config, sized for `task`."""
-    spec = build(config["model"], "model", vocab_size=task.vocab_size, max_len=task.seq_len)
-    return spec.build()
+    return build_model_spec(config, task).build()
+
+
+def _leaves(node: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _leaves(value, f"{prefix}.{key}").items()}
+    return {prefix: node}
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any],
+                       sections: tuple[str, ...] = ("model", "task")) -> list[str]:
+    """`key=saved (this run: current)` for every field of `sections` in which two run configs differ."""
+    ignored = ("task.cache_dir", "task.workers")  # where and how fast data are made, not what the network is
+    differences = []
+    for section in sections:
+        old, new = _leaves(saved.get(section), section), _leaves(current.get(section), section)
+        for key in [*old, *(k for k in new if k not in old)]:
+            if key not in ignored and old.get(key, "(absent)") != new.get(key, "(absent)"):
+                differences.append(f"{key}={old.get(key, '(absent)')} (this run: {new.get(key, '(absent)')})")
+    return differences
+
+
+def architecture_error(option: str, path: Path | str, saved: dict[str, Any], current: dict[str, Any],
+                       detail: str) -> CheckpointError:
+    """One line for weights that do not fit this run's network: the fields of the trained networks that differ
+    (`model`, an NI run's `indicator`), else the task's (which size the embedding), else `detail`."""
+    differences = (config_differences(saved, current, ("model", "indicator"))
+                   or config_differences(saved, current, ("task",)))
+    what = ", ".join(differences) if differences else detail
+    return CheckpointError(f"{option}={path} holds another architecture than this run's config: {what}")
+
+
+def read_lightning_checkpoint(path: Path | str) -> dict[str, Any]:
+    """A Lightning checkpoint, memory-mapped (cheap to look at before Lightning loads it for real)."""
+    path = Path(path).expanduser()
+    raw = _read(path, mmap=True)
+    if "state_dict" not in raw or "global_step" not in raw:
+        raise CheckpointError(f"{path}: not a Lightning checkpoint (model.pt files start a run with init_from=)")
+    return raw
+
+
+def shape_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str | None:
+    """The first difference between two state dicts' names and shapes, or None when they fit."""
+    for name in [*expected, *(k for k in found if k not in expected)]:
+        if name not in found:
+            return f"missing {name}"
+        if name not in expected:
+            return f"unexpected {name}"
+        if tuple(expected[name].shape) != tuple(found[name].shape):
+            return f"{name} has shape {tuple(found[name].shape)}, this run's {tuple(expected[name].shape)}"
+    return None
 
 
 def save_slim(config: dict[str, Any], ema_shadow: dict[str, torch.Tensor], path: Path,

@@ -1,1 +1,2 @@
-"""Training runs: the Lightning module (EMA, validation accuracy), step-indexed data, and the NI indicator."""
+"""Training runs: the Lightning module (EMA, validation accuracy), step-indexed data, checks that run before
+Lightning loads (preflight), resuming a run by its directory (resume), and the NI indicator."""

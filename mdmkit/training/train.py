@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,15 +13,24 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require, to_container
+from mdmkit.core.config import build, to_container
 from mdmkit.core.devices import resolve_device
-from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.evaluation.resolve import build_sampler
-from mdmkit.io.checkpoint import TrainedModel, save_slim
+from mdmkit.io.checkpoint import (
+    TrainedModel,
+    architecture_error,
+    read_lightning_checkpoint,
+    save_slim,
+    shape_mismatch,
+)
 from mdmkit.io.results import append_record
+from mdmkit.training.callbacks import LogAtGlobalStep, progress_bar
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
+from mdmkit.training.preflight import check_run
+from mdmkit.training.resume import require_resumable, wandb_run_id
 
 
 def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
@@ -27,34 +38,68 @@ def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
     for name, node in (cfg.get("logger") or {}).items():
         if node is None:
             continue
-        loggers.append(build(node, f"logger.{name}", save_dir=str(output_dir)))
+        options: dict[str, Any] = {"save_dir": str(output_dir)}
+        wandb = str(node.get("_target_", "")).endswith("WandbLogger")
+        if wandb and cfg.ckpt_path is not None and node.get("id") is None and wandb_run_id(output_dir):
+            options["id"] = wandb_run_id(output_dir)  # a resumed run goes on in the same wandb run
+        logger = build(node, f"logger.{name}", **options)
+        if wandb:  # Lightning passes `anonymous`, which wandb warns is deprecated on every run
+            getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+        loggers.append(logger)
     return loggers
 
 
 def _finish_wandb() -> None:
-    """Close a wandb run even when training failed, so one broken job never breaks a multirun."""
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-    except ImportError:
-        pass
+    """Close a wandb run even when training failed, so one broken job never breaks a multirun; say where it is
+    (in one line: wandb's own banner is off, see cli.py)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
+        return
+    run = wandb.run
+    local = getattr(run.settings, "sync_dir", None)
+    where = f"{local} (upload: wandb sync {local})" if getattr(run, "offline", False) else run.url
+    print(f"wandb: run {run.id} in {where}")
+    wandb.finish()
 
 
 def prepare_run(cfg: DictConfig) -> None:
     """Checks every training run shares, then seeds it: a bad value stops before anything is built."""
-    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).expanduser().is_file():
-        raise CheckpointError(f"ckpt_path not found: {cfg.ckpt_path}")
-    data = cfg.data
-    require(data.batch_size >= 1 and data.eval_batch_size >= 1, "data.batch_size and data.eval_batch_size must be >= 1")
-    require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    check_run(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
 
+def check_resume(cfg: DictConfig, module: L.LightningModule) -> None:
+    """`ckpt_path` must hold this network (else one line naming the config fields that differ) and be short of
+    `trainer.max_steps` (a resume that trains nothing is a mistake)."""
+    if cfg.ckpt_path is None:
+        return
+    checkpoint = read_lightning_checkpoint(cfg.ckpt_path)
+    mismatch = shape_mismatch(module.state_dict(), checkpoint["state_dict"])
+    if mismatch is not None:
+        saved = checkpoint.get("hyper_parameters", {}).get("config", {})
+        raise architecture_error("ckpt_path", cfg.ckpt_path, saved, getattr(module, "config", {}), mismatch)
+    if not cfg.trainer.get("fast_dev_run"):
+        require_resumable(checkpoint["global_step"], cfg.trainer.max_steps, cfg.ckpt_path)
+
+
+def start_from(module: MDMModule, path: str) -> None:
+    """Fine-tuning: the trained model's (EMA) weights, or one line naming the fields its architecture differs in."""
+    trained = TrainedModel(path)
+    network = trained.network(module.task)
+    try:
+        module.start_from(network)
+    except RuntimeError as error:
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        raise architecture_error("init_from", path, trained.config, module.config, lines[-1]) from None
+
+
 def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
-        banner: str) -> tuple[L.Trainer, float]:
-    """Build the trainer (checkpoints, loggers), print `banner`, fit: returns the trainer and the seconds."""
+        banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
+    """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
+    the trainer and the seconds."""
+    check_resume(cfg, module)
+    if on_start is not None:
+        on_start()
     checkpoints = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
         filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
@@ -62,8 +107,11 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
         save_last=True,
         save_top_k=0 if cfg.checkpoint_every is None else -1,
         every_n_train_steps=cfg.checkpoint_every,
+        enable_version_counter=False,  # a resumed run (moved or not) writes its own last.ckpt, never last-v1.ckpt
     )
-    callbacks = [checkpoints, LearningRateMonitor(logging_interval="step")]
+    callbacks = [LogAtGlobalStep(), checkpoints, LearningRateMonitor(logging_interval="step")]
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(progress_bar())
     try:
         trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir), callbacks=callbacks,
                         default_root_dir=str(output_dir))
@@ -77,17 +125,18 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
         _finish_wandb()
 
 
-def run_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
     config = to_container(cfg)
     prepare_run(cfg)
     data = cfg.data
     module = MDMModule(config)
-    if cfg.get("init_from") is not None:  # fine-tuning: start from a trained model's (EMA) weights
-        module.start_from(TrainedModel(cfg.init_from).network(module.task))
+    if cfg.get("init_from") is not None and cfg.ckpt_path is None:  # a resume restores its own weights
+        start_from(module, cfg.init_from)
     build_sampler(to_container(cfg.sampler))  # checked now: a bad value must not wait for the end of training
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
-    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner)
+    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
         return summary

@@ -27,7 +27,8 @@ from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.protocol import Sampled
 from mdmkit.training.indicator.data import Batch
 from mdmkit.training.indicator.trajectories import TrajectoryConfig
-from mdmkit.training.module import OptimConfig, step_generator
+from mdmkit.training.module import step_generator
+from mdmkit.training.optim import OptimConfig
 
 
 class IndicatorModule(L.LightningModule):

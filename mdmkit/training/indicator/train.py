@@ -7,6 +7,7 @@ evaluates the configured NI sampler with it on the test split, as `run_training`
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from mdmkit.training.train import fit, prepare_run
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 
-def run_indicator_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
+def run_indicator_training(cfg: DictConfig, output_dir: Path,
+                           on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     config = to_container(cfg)
     prepare_run(cfg)
     data = cfg.data
@@ -37,7 +39,7 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path) -> dict[str, Any]:
     share = size / num_parameters(module.base)
     banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
               f"base: {module.trajectories.checkpoint}")
-    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner)
+    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step, "share": share}
     if trainer.global_rank != 0:
         return summary

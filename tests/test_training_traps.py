@@ -1,0 +1,66 @@
+"""Small training traps: a relative run directory for the report, max_steps=0, range errors that wait for
+Lightning to import, promotional lines on every job."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY, compose_config, run_cli
+
+from mdmkit.core.errors import ConfigError
+from mdmkit.training.train import run_training
+
+FAST = [*TINY, "trainer.val_check_interval=100"]
+
+
+def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.log_every_n_steps=1", "eval_limit=4",
+                                   f"results_file={tmp_path}/results.jsonl"])
+    run_training(cfg, tmp_path / "run")
+    spec = importlib.util.spec_from_file_location("training_report", ROOT / "scripts/training_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["training_report.py", "run", "--name", "tiny", "--command", "train.py",
+                                      "--results-file", "results.jsonl", "--out", "pages"])
+    report.main()  # was: SystemExit("no train record for run/model.pt ...")
+    assert (tmp_path / "pages/tiny.md").is_file()
+
+
+def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"trainer: max_steps=0 must be an integer >= 1"):
+        run_training(compose_config("train", [*FAST, "trainer.max_steps=0"]), tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_steps=0", "trainer: max_steps=0 must be an integer >= 1"),
+    ("model.n_layers=0", "model: n_layers=0 must be >= 1"),
+    ("optim.lr=0", "optim: lr=0 must be > 0"),
+    ("sampler.k=0", "sampler: k=0 must be >= 1"),
+])
+def test_range_errors_stop_before_lightning_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        override: str, message: str) -> None:
+    fake = tmp_path / "fake" / "lightning"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('lightning was imported')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))  # any import of lightning now fails loudly
+    out = run_cli("train.py", *TINY, override, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), out.stderr
+
+
+def test_a_job_prints_no_adverts_and_one_wandb_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_SHOW_INFO", raising=False)
+    out = run_cli("train.py", *FAST, "logger=default", "trainer.max_steps=2", "evaluate_after_training=false",
+                  f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = out.stdout + out.stderr
+    for advert in ("💡", "litlogger", "litmodels", "wandb leet", "W&B syncing is set", "Tracking run with wandb",
+                   "anonymous setting", "Run summary"):
+        assert advert not in printed, advert
+    wandb_lines = [line for line in printed.splitlines() if line.startswith("wandb:")]
+    assert len(wandb_lines) == 1 and "upload: wandb sync" in wandb_lines[0]
