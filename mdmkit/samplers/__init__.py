@@ -1,4 +1,5 @@
 from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.dilated import DUSSampler
 from mdmkit.samplers.masked import (
     DreamStepsSampler,
     EBSampler,
@@ -16,8 +17,10 @@ from mdmkit.samplers.p2 import P2Sampler
 from mdmkit.samplers.p2_listing import P2ListingSampler
 from mdmkit.samplers.protocol import Sampled, Sampler
 from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
+from mdmkit.samplers.wino import WinoSampler
 
 __all__ = [
+    "DUSSampler",
     "DreamStepsSampler",
     "EBSampler",
     "FactorSampler",
@@ -35,5 +38,6 @@ __all__ = [
     "StepsSampler",
     "ThresholdSampler",
     "TopKSampler",
+    "WinoSampler",
     "oracle_floor",
 ]

@@ -1,0 +1,195 @@
+"""Dilated unmasking (DUS): a fixed, planner-free order that keeps each step's positions far apart.
+
+Luxembourg, Permuter and Nachmani, "Plan for Speed: Dilated Scheduling for Masked Diffusion Language Models"
+(arXiv 2506.19037); public code: github.com/omerlux/DUS (`generate_scheduled` with scheduler='dilated', which
+builds its groups with `dilated_unmask_levels` and `merge_last_level`).
+
+Revealing neighbours together is what costs parallel decoding its quality (adjacent tokens depend on each other
+most), so DUS decides, before any forward, which positions of a block share a step: with block size B and base a,
+step 1 reveals the offsets that are multiples of B // a (of B // a^k with base_skip = k), step 2 the new multiples
+of the stride divided by a again, and so on down to stride 1, which takes the rest; a last group smaller than the
+one before it joins that one. A block of 8 with a = 2 goes [0, 4], [2, 6], [1, 3, 5, 7]: log_a B steps per block
+instead of B where B is a power of a (about that elsewhere: 10 takes 3 steps, 5 takes 1). Each step is one
+forward; the scheduled positions take the chosen token (argmax at temperature 0), whatever its confidence.
+
+Offsets count a block's answer positions in reading order: on a contiguous answer (text generation) they are the
+positions of the paper's blocks; where givens sit between the blanks (Sudoku) the dilation spreads each step over
+the blank list, and no step is spent on a given. Blocks are `block_length` answer positions (semi-autoregressive,
+as every masked sampler in mdmkit; None: one block, about log_a n forwards for n blanks).
+
+`defer_below` is the optional skip rule (the paper's skip heuristic; in the code `remasking='low_confidence'`
+with `confidence_threshold`, 0 by default in its harness, 0.3 in its README's example): a scheduled position whose
+chosen token has probability below it is not revealed yet. The code reveals and then re-masks it, and no later
+group of the block holds it, so it would stay masked to the end; here it joins the next group instead, and the
+block's last step reveals every position left (the code never re-masks on the last step). NFE stays exactly the
+number of groups per block either way; a step may reveal nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from mdmkit.core.config import require
+from mdmkit.models.denoiser import KV_CACHE
+from mdmkit.samplers.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.kv_cache import BlockCache, CacheMode
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+
+_NO_BLOCK = torch.iinfo(torch.long).max
+
+
+def dilated_groups(size: int, base: int = 2, base_skip: int = 1) -> list[list[int]]:
+    """The offsets 0..size-1 of a block, grouped by the step that reveals them (the code's
+    `dilated_unmask_levels` followed by `merge_last_level`).
+
+    The first stride is size // base**base_skip; each later one is the last divided by `base` (integer division),
+    down to 1; a stride's group is its multiples not taken by an earlier group. base = 1: one group.
+    """
+    return [list(group) for group in _groups(size, base, base_skip)]
+
+
+@lru_cache(maxsize=256)
+def _groups(size: int, base: int, base_skip: int) -> tuple[tuple[int, ...], ...]:
+    if size <= 0:
+        return ()
+    if base == 1:
+        return (tuple(range(size)),)
+    taken = [False] * size
+    groups: list[list[int]] = []
+    stride = size // base**base_skip
+    while stride >= 1:
+        group = [offset for offset in range(0, size, stride) if not taken[offset]]
+        if group:
+            groups.append(group)
+            for offset in group:
+                taken[offset] = True
+        stride //= base
+    rest = [offset for offset in range(size) if not taken[offset]]  # only when the first stride is 0
+    if rest:
+        groups.append(rest)
+    if len(groups) >= 2 and len(groups[-1]) < len(groups[-2]):
+        groups[-2].extend(groups.pop())
+    return tuple(tuple(group) for group in groups)
+
+
+def _group_table(size: int, base: int, base_skip: int) -> tuple[list[int], int]:
+    """Each offset's group index, and the number of groups."""
+    groups = _groups(size, base, base_skip)
+    index = [0] * size
+    for number, group in enumerate(groups):
+        for offset in group:
+            index[offset] = number
+    return index, len(groups)
+
+
+@dataclass
+class DUSSampler(Sampler):
+    """Dilated unmasking: every block revealed in its dilated groups, one forward per group (see the module)."""
+
+    base: int = 2  # a: each group's stride is the last one divided by a (1: the whole block in one step)
+    base_skip: int = 1  # the first stride is the block size // base**base_skip
+    defer_below: float = 0.0  # a scheduled position with confidence below this waits for the next group (0: never)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
+    stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
+    cache: CacheMode = "none"  # none | prefix | dual: Fast-dLLM's approximate KV caches, refreshed per block
+    cache_refresh: int | None = None  # with a cache: also refresh every n steps inside a block (None: never)
+
+    @property
+    def requires(self) -> frozenset[str]:  # type: ignore[override]
+        """A cache needs the network's `kv_cache` capability; the plain loop needs nothing."""
+        return frozenset() if self.cache == "none" else frozenset({KV_CACHE})
+
+    def validate(self) -> None:
+        require(self.base >= 1, f"base={self.base} must be >= 1")
+        require(self.base_skip >= 1, f"base_skip={self.base_skip} must be >= 1")
+        require(0.0 <= self.defer_below <= 1.0, f"defer_below={self.defer_below} must lie in [0, 1]")
+        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
+        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
+        require(self.block_length is None or self.block_length >= 1,
+                f"block_length={self.block_length} must be >= 1 or null")
+        require(self.cache == "none" or self.block_length is not None,
+                f"cache={self.cache} needs block_length (the cache is refreshed block by block)")
+        require(self.cache_refresh is None or self.cache_refresh >= 1,
+                f"cache_refresh={self.cache_refresh} must be >= 1 or null")
+        require(self.cache_refresh is None or self.cache != "none",
+                f"cache_refresh={self.cache_refresh} needs a cache (cache=prefix or cache=dual)")
+
+    def schedule(self, answer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per position of `answer` [B, L] (the positions to fill): its block, its group in that block and the
+        block's last group index (-1 and the no-block marker off the answer)."""
+        rank = answer.long().cumsum(1) - 1
+        count = answer.sum(1, keepdim=True)
+        width = count.clamp(min=1) if self.block_length is None else torch.full_like(count, self.block_length)
+        block_index = rank.clamp(min=0) // width
+        offset = rank.clamp(min=0) % width
+        size = torch.minimum(width, count - block_index * width).clamp(min=1)  # the last block may be shorter
+        sizes = sorted(set(size[answer].tolist()))
+        top = max(sizes, default=1)
+        index = torch.zeros(top + 1, top, dtype=torch.long)
+        n_groups = torch.zeros(top + 1, dtype=torch.long)
+        for each in sizes:
+            of_offset, number = _group_table(each, self.base, self.base_skip)
+            index[each, :each] = torch.tensor(of_offset)
+            n_groups[each] = number
+        index, n_groups = index.to(answer.device), n_groups.to(answer.device)
+        block = torch.where(answer, block_index, _NO_BLOCK)
+        group = torch.where(answer, index[size, offset.clamp(max=top - 1)], -1)
+        last = torch.where(answer, n_groups[size] - 1, -1)
+        return block, group, last
+
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        """Fill `canvas` (see `Sampler.sample`): each row's blocks in order, one forward per dilated group."""
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        attention_mask = canvas.attention_mask
+        x = tokens.clone()
+        batch, length = x.shape
+        device = x.device
+        answer = x == mask_id
+        block_of, group_of, last_of = self.schedule(answer)
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(batch, dtype=torch.long, device=device)
+        step_in_block = torch.zeros_like(steps)
+        current_block = torch.full_like(steps, -1)
+        active = torch.ones(batch, dtype=torch.bool, device=device)
+        mask_index = torch.tensor([mask_id], device=device)
+        cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
+
+        while True:
+            masked = x == mask_id
+            rows = (masked.any(1) & active).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                return Sampled(x, reveal_step, steps)
+            state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
+            block = torch.where(row_masked, row_block, _NO_BLOCK).min(1).values
+            in_block = row_block == block[:, None]
+            entered = block != current_block[rows]
+            current_block[rows] = block
+            stage = torch.where(entered, 0, step_in_block[rows])
+            if bool((stage > torch.where(in_block, last_of[rows], -1).max(1).values).any()):
+                raise RuntimeError("internal: a DUS block outlived its last group")
+
+            if cache is not None:
+                due = entered if self.cache_refresh is None else stage % self.cache_refresh == 0
+                logits = cache.logits(rows, state, in_block, due)
+            else:
+                kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
+                logits = network(state, rows, **kwargs)
+            logits = logits.double().index_fill(-1, mask_index, float("-inf"))  # the mask is never a prediction
+            probs = predictive_distribution(logits, self.temperature, self.top_p)
+            choice, confidence = choose_tokens(probs, self.temperature, generator)
+
+            # this step's group, with the positions deferred from earlier groups of the block
+            scheduled = row_masked & in_block & (group_of[rows] <= stage[:, None])
+            last_step = stage[:, None] >= last_of[rows]
+            reveal = scheduled & (last_step | (confidence >= self.defer_below))
+            x[rows] = torch.where(reveal, choice, state)
+            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
+            steps[rows] += 1
+            step_in_block[rows] = stage + 1
+            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)

@@ -1,0 +1,226 @@
+"""WINO (wide-in, narrow-out): draft loosely, verify strictly, re-mask what fails verification.
+
+Hong, Yu, Ye, Huang, Zheng, Zhang, Wang and Yao, "Wide-In, Narrow-Out: Revokable Decoding for Efficient and
+Effective DLLMs" (arXiv 2507.18578); public code: github.com/Feng-Hong/WINO-DLLM (`decoding_wino` in
+LLaDA/decoding.py). Decoding goes block by block; every step is one forward and, inside the current block:
+
+- wide-in: every masked position whose chosen token has probability > `tau_in` is drafted (revealed); at least
+  the most confident one, at most clamp(floor(draft_share * m), draft_floor, draft_cap) of them (the most
+  confident), m the block's masked count before the step;
+- narrow-out: every position of the block revealed before this step is verified on the same forward, and
+  re-masked where its token's probability is below `tau_out`, so a draft is judged on the next step, by a
+  context that now holds the other drafts. Verification only happens on a step that drafts more than one
+  position, and when as many positions fail as the previous step drafted, only the previous step's count minus
+  one of them (the lowest) are re-masked.
+
+Verification reads a shadow block: the forward runs the canvas followed by one mask token per position of the
+current block, at that position's position id; a shadow token attends to the whole canvas except the position it
+verifies, and to the shadow block, while the canvas never attends to the shadow, so the canvas's logits are those
+of a plain forward. The verified probability is the shadow's probability of the token now at the position. This
+needs a network that takes explicit `positions` and a full attention mask, which mdmkit networks declare with
+the `kv_cache` capability (`mdmkit.models.denoiser`); logits must be aligned with their positions (not Dream's
+shifted logits). The shadow's tokens are charged to the forward's token count; NFE is one per step.
+
+A block ends once it holds no mask (its last drafts are never verified). A step re-masks at most the previous
+step's draft count minus one, so after t steps a block holds at least t revealed positions: a block of n positions
+takes at most n steps (checked). With a stop condition, only finished blocks count as settled: a revealed stop
+token can still be re-masked inside its block.
+
+These details are the code's: the draft cap and its constants (0.7, 5, 20), strict `>` for drafting and `<` for
+re-masking, verification only after a multi-token draft and its bound, the shadow's attention to the whole shadow
+block, probabilities in float64. The code runs one row at a time; here rows run independently in a batch, ties going
+to the lower position. Confidences are read from the sampler's predictive distribution (softmax(logits / T) within
+`top_p`); the code reads them from the plain softmax at any temperature, the same at T = 0. Given tokens are never
+verified nor re-masked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from mdmkit.core.config import require
+from mdmkit.core.errors import CapabilityError
+from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE
+from mdmkit.models.hf import positions_from
+from mdmkit.samplers.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.kv_cache import CacheMode
+from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+
+_NO_BLOCK = torch.iinfo(torch.long).max
+
+
+@dataclass
+class _Shadow:
+    """One step's extended forward, read at the current block's positions (slot j: the row's j-th one)."""
+
+    at: torch.Tensor  # [R, S] the slots' positions on the canvas (padding slots: clamped, see `valid`)
+    valid: torch.Tensor  # [R, S] slots that are positions of the row's block
+    canvas: torch.Tensor  # [R, S, V] the canvas's logits at those positions
+    verify: torch.Tensor  # [R, S, V] the shadow's logits for them
+
+
+def _top(score: torch.Tensor, pool: torch.Tensor, count: torch.Tensor, descending: bool) -> torch.Tensor:
+    """Bool [R, L]: the `count[r]` best-scoring positions of `pool` per row (highest if `descending`), ties to
+    the lower position."""
+    key = (-score if descending else score).masked_fill(~pool, float("inf"))
+    order = key.argsort(dim=1, stable=True)
+    columns = torch.arange(score.shape[1], device=score.device)
+    return torch.zeros_like(pool).scatter(1, order, columns[None, :] < count[:, None]) & pool
+
+
+def _onto(canvas: torch.Tensor, shadow: _Shadow, values: torch.Tensor) -> torch.Tensor:
+    """`canvas` [R, L] with the slots' `values` [R, S] written at their positions (padding slots dropped)."""
+    length = canvas.shape[1]
+    target = torch.where(shadow.valid, shadow.at, length)  # padding slots go to a spare column, cut off below
+    spare = torch.cat([canvas, canvas[:, :1]], 1)
+    return spare.scatter(1, target, values.to(canvas.dtype))[:, :length]
+
+
+@dataclass
+class WinoSampler(Sampler):
+    """WINO: threshold drafting, shadow-block verification and re-masking inside each block (see the module)."""
+
+    requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})  # explicit positions and a full attention mask
+
+    tau_in: float = 0.6  # wide-in: draft masked positions whose confidence is > tau_in
+    tau_out: float = 0.9  # narrow-out: re-mask revealed positions whose verified probability is < tau_out
+    draft_share: float = 0.7  # the draft cap is clamp(floor(draft_share * masked), draft_floor, draft_cap)
+    draft_floor: int = 5
+    draft_cap: int | None = 20  # None: no upper bound
+    temperature: float = 0.0
+    top_p: float = 1.0
+    block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
+    stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
+    cache: CacheMode = "none"  # only none: the shadow block is recomputed with the whole canvas every step
+
+    def validate(self) -> None:
+        require(0.0 <= self.tau_in <= 1.0, f"tau_in={self.tau_in} must lie in [0, 1]")
+        require(0.0 <= self.tau_out <= 1.0, f"tau_out={self.tau_out} must lie in [0, 1]")
+        require(0.0 < self.draft_share <= 1.0, f"draft_share={self.draft_share} must lie in (0, 1]")
+        require(self.draft_floor >= 1, f"draft_floor={self.draft_floor} must be >= 1")
+        require(self.draft_cap is None or self.draft_cap >= 1, f"draft_cap={self.draft_cap} must be >= 1 or null")
+        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
+        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
+        require(self.block_length is None or self.block_length >= 1,
+                f"block_length={self.block_length} must be >= 1 or null")
+        require(self.cache == "none", f"cache={self.cache} is not supported by WINO (its verification reruns the "
+                                      f"whole canvas with a shadow block every step): use cache=none")
+
+    def draft_limit(self, masked: torch.Tensor) -> torch.Tensor:
+        """The most positions a step may draft, per row, from the block's masked count `masked` [R].
+
+        floor(draft_share * masked) is taken in float32, as the code computes `int(count * 0.7)` on a tensor."""
+        limit = (masked.float() * self.draft_share).long().clamp(min=self.draft_floor)
+        return limit if self.draft_cap is None else limit.clamp(max=self.draft_cap)
+
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        """Fill `canvas` (see `Sampler.sample`) block by block; one forward per step and row."""
+        missing = sorted(self.requires - network.capabilities)
+        if missing:
+            raise CapabilityError(f"sampler {type(self).__name__} needs {', '.join(missing)} "
+                                  f"({CAPABILITIES[missing[0]]}: explicit positions and a full attention mask for "
+                                  f"its shadow block), which the network does not provide")
+        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
+        keep = canvas.attention_mask
+        x = tokens.clone()
+        batch, length = x.shape
+        device = x.device
+        answer = x == mask_id
+        rank = answer.long().cumsum(1) - 1
+        block_of = torch.where(answer, 0 if self.block_length is None else rank // self.block_length, _NO_BLOCK)
+        positions = (torch.arange(length, device=device).expand(batch, -1) if keep is None
+                     else positions_from(keep.bool()))
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(batch, dtype=torch.long, device=device)
+        last_drafted = torch.zeros_like(steps)  # the previous step's draft count in the row's block
+        current_block = torch.full_like(steps, -1)
+        block_steps = torch.zeros_like(steps)  # steps taken in the current block: never more than its size
+        active = torch.ones(batch, dtype=torch.bool, device=device)
+        mask_index = torch.tensor([mask_id], device=device)
+
+        while True:
+            masked = x == mask_id
+            rows = (masked.any(1) & active).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                return Sampled(x, reveal_step, steps)
+            state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
+            block = torch.where(row_masked, row_block, _NO_BLOCK).min(1).values
+            in_block = row_block == block[:, None]
+            entered = block != current_block[rows]
+            current_block[rows] = block
+            block_steps[rows] = torch.where(entered, 0, block_steps[rows]) + 1
+            if bool((block_steps[rows] > in_block.sum(1)).any()):
+                raise RuntimeError("internal: a WINO block took more steps than it has positions")
+            shadow = self._forward(network, rows, state, in_block, positions[rows],
+                                   None if keep is None else keep[rows].bool(), mask_id)
+            held_token = state.gather(1, shadow.at)
+            drafts_from = shadow.valid & (held_token == mask_id)
+            verified = shadow.valid & (held_token != mask_id)  # revealed by an earlier step of this block
+            probs = predictive_distribution(self._logits(shadow.canvas, mask_index), self.temperature, self.top_p)
+            choice, confidence = choose_tokens(probs, self.temperature, generator)
+
+            # wide-in: above tau_in, at most the cap (best first), at least the best one
+            above = drafts_from & (confidence > self.tau_in)
+            limit = self.draft_limit(drafts_from.sum(1))
+            n_above = above.sum(1)
+            capped = (n_above > limit) | (n_above == 0)
+            count = torch.where(n_above > limit, limit, 1)
+            draft = torch.where(capped[:, None], _top(confidence, drafts_from, count, descending=True), above)
+            drafted = draft.sum(1)
+
+            # narrow-out: the shadow's probability of each earlier-revealed token of the block
+            verify_probs = predictive_distribution(self._logits(shadow.verify, mask_index), self.temperature,
+                                                   self.top_p)
+            held = verify_probs.gather(-1, held_token[..., None]).squeeze(-1)
+            fails = verified & (held < self.tau_out)
+            bounded = fails.sum(1) >= last_drafted[rows]
+            lowest = _top(held, verified, (last_drafted[rows] - 1).clamp(min=0), descending=False)
+            remask = torch.where(bounded[:, None], lowest, fails) & (drafted > 1)[:, None]
+
+            slot_tokens = torch.where(remask, mask_id, torch.where(draft, choice, held_token))
+            state = _onto(state, shadow, slot_tokens)
+            drafted_at = _onto(torch.zeros_like(state, dtype=torch.bool), shadow, draft)
+            x[rows] = state
+            reveal_step[rows] = torch.where(drafted_at, steps[rows, None], reveal_step[rows])
+            last_drafted[rows] = drafted
+            steps[rows] += 1
+            if canvas.stop is not None:  # only finished blocks are settled: hide the open block's tokens
+                view = x.clone()
+                open_block = in_block & (state == mask_id).logical_and(in_block).any(1, keepdim=True)
+                view[rows] = torch.where(open_block, mask_id, state)
+                settle_stopped(network, canvas, view, answer, rows, active, self.stop_early)
+
+    @staticmethod
+    def _logits(logits: torch.Tensor, mask_index: torch.Tensor) -> torch.Tensor:
+        """Float64 logits with the mask token ruled out (it is never a prediction)."""
+        return logits.double().index_fill(-1, mask_index, float("-inf"))
+
+    def _forward(self, network: ForwardCounter, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
+                 positions: torch.Tensor, keep: torch.Tensor | None, mask_id: int) -> _Shadow:
+        """One forward of the canvas followed by its shadow block (slot j: the row's j-th block position)."""
+        count, length = state.shape
+        device = state.device
+        columns = torch.arange(length, device=device)
+        per_row = in_block.sum(1)
+        width = int(per_row.max())
+        slot_at = torch.where(in_block, columns, length).sort(1).values[:, :width]  # block positions, in order
+        valid = slot_at < length  # slots past a row's block are padding: they see themselves, none sees them
+        slot_at = slot_at.clamp(max=length - 1)
+        sees = torch.ones(count, length, dtype=torch.bool, device=device) if keep is None else keep
+
+        canvas_rows = torch.cat([sees[:, None, :].expand(-1, length, -1),
+                                 torch.zeros(count, length, width, dtype=torch.bool, device=device)], 2)
+        shadow_canvas = sees[:, None, :] & (columns[None, None, :] != slot_at[:, :, None]) & valid[:, :, None]
+        eye = torch.eye(width, dtype=torch.bool, device=device)[None]
+        shadow_shadow = (valid[:, None, :] & valid[:, :, None]) | (eye & ~valid[:, :, None])
+        attn_mask = torch.cat([canvas_rows, torch.cat([shadow_canvas, shadow_shadow], 2)], 1)[:, None]
+
+        extended = torch.cat([state, torch.full((count, width), mask_id, dtype=state.dtype, device=device)], 1)
+        where = torch.cat([positions, positions.gather(1, slot_at)], 1)
+        logits = network(extended, rows, attn_mask=attn_mask, positions=where)
+        canvas = logits[:, :length].gather(1, slot_at[:, :, None].expand(-1, -1, logits.shape[-1]))
+        return _Shadow(slot_at, valid, canvas, logits[:, length:])
