@@ -233,7 +233,7 @@ def test_config_file_builds_the_defaults_and_rejects_misuse() -> None:
     assert build(option("sampler", "p2"), "sampler") == P2Sampler()
     with pytest.raises(ConfigError, match="score='confidence'"):
         P2Sampler(score="random", planner=Fixed(CONF))
-    with pytest.raises(ValueError, match="stop conditions"):
+    with pytest.raises(ValueError, match="stop condition"):
         P2Sampler().sample(ForwardCounter(Fixed(CONF), 1), torch.full((1, 3), MASK), MASK, stop=StopCondition.of([1]))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.core.errors import CapabilityError
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
@@ -145,7 +146,8 @@ class P2Sampler(Sampler):
         tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
         attention_mask, stop = canvas.attention_mask, canvas.stop
         if stop is not None:
-            raise ValueError("P2Sampler does not support stop conditions: revealed tokens can be re-masked")
+            raise CapabilityError(f"{type(self).__name__} cannot run on a task with a stop condition (revealed "
+                                  "tokens can be re-masked, so no position is ever settled): pick another sampler")
         x = tokens.clone()
         fixed = x != mask_id
         reveal_step = torch.full_like(x, -1)
