@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mdmkit.analysis import pareto, pareto_tables
+from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pareto import Point
 from mdmkit.analysis.pareto_plot import plot_fronts
 
@@ -190,10 +191,14 @@ def test_plot_is_a_real_png(tmp_path):
 def test_summary_table():
     table = pareto_tables.summary_table(sample_rows())
     lines = table.splitlines()
-    assert lines[0].startswith("| family | runs | front points | best accuracy | NFE range |")
+    assert lines[0].startswith("| family | runs | front points | best accuracy | NFE range | AUP |")
     assert len(lines) == 2 + 3
     eb = next(line for line in lines if line.startswith("| eb-entropy "))
-    assert "| 4 | 3 | 0.9000 | 8.0–30.0 | 15.0 (acc 0.8900; gamma=0.1) |" in eb
+    assert "| 4 | 3 | 0.9000 | 8.0–30.0 | — | 15.0 (acc 0.8900; gamma=0.1) |" in eb  # no tokens per step: no AUP
+    with_parallelism = [{**r, "tokens_per_step": 48.0 / r["nfe_mean"]} for r in sample_rows()]
+    expected = family_aup(with_parallelism, pareto.derive_family)["eb-entropy"]  # the table shows it to 0.1
+    eb = next(line for line in pareto_tables.summary_table(with_parallelism).splitlines() if "| eb-entropy " in line)
+    assert f"| 8.0–30.0 | {expected:.1f} |" in eb
     assert "oracle floor" in lines[-1]
 
 

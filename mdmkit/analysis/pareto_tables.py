@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mdmkit.analysis.pages import markdown_table
+from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pareto import (
     ORACLE,
     derive_family,
@@ -46,12 +47,14 @@ def runs_table(rows: Iterable[Mapping[str, Any]], cost: bool = False) -> str:
 
 def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float | None = None,
                   keep: float = 0.98) -> str:
-    """Markdown table, one line per family: runs, front points, best accuracy, NFE range, and the lowest NFE
-    run keeping >= `keep` of `reference_accuracy` (default: best accuracy of all real sampler runs)."""
+    """Markdown table, one line per family: runs, front points, best accuracy, NFE range, AUP (`aup.py`: area
+    under accuracy vs tokens per forward; — where rows do not record tokens per step) and the lowest NFE run
+    keeping >= `keep` of `reference_accuracy` (default: best accuracy of all real sampler runs)."""
     rows = list(rows)
     if reference_accuracy is None:
         reference_accuracy = reference_accuracy_of(rows)
-    header = ["family", "runs", "front points", "best accuracy", "NFE range",
+    aups = family_aup(rows, derive_family)
+    header = ["family", "runs", "front points", "best accuracy", "NFE range", "AUP",
               f"lowest NFE with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}"]
     lines = []
     for name, front in fronts_by_family(rows).items():
@@ -64,8 +67,8 @@ def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float |
             f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_label(kept.payload.get('sampler'))})"
             if isinstance(kept.payload, Mapping) else f"{kept.nfe:.1f} (acc {kept.accuracy:.4f})")
         lines.append([_shown(name), len(everything), len(front), f"{max(p.accuracy for p in everything):.4f}",
-                      f"{min(nfes):.1f}–{max(nfes):.1f}", kept_text])
-    return markdown_table(header, lines, align="lrrrrl")
+                      f"{min(nfes):.1f}–{max(nfes):.1f}", _fmt(aups.get(name), ".1f"), kept_text])
+    return markdown_table(header, lines, align="lrrrrrl")
 
 
 def speedup_table(rows: Iterable[Mapping[str, Any]], baseline_family: str,
