@@ -10,6 +10,8 @@ from conftest import TINY, compose_config, run_cli
 from omegaconf import open_dict
 
 import mdmkit.evaluation.evaluate as evaluate_module
+from mdmkit.analysis.aup import family_aup
+from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.evaluation.sweep import expand
@@ -116,6 +118,11 @@ def test_sweep_logs_wandb_offline_and_plots_its_front(checkpoint: Path, tmp_path
     results = tmp_path / "results.jsonl"
     evaluate(checkpoint, results, "wandb.mode=offline", sweep=GRID, output_dir=tmp_path)
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+    (aup_file,) = (tmp_path / "wandb").glob("offline-run-*/files/media/table/aup_by_family_*.table.json")
+    logged = json.loads(aup_file.read_text())
+    assert logged["columns"] == ["family", "aup"]
+    assert logged["data"] == [[family, pytest.approx(value)] for family, value in
+                              family_aup([r for r in read_records(results)], derive_family).items()]
     png = (tmp_path / "pareto.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 

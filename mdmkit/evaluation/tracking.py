@@ -1,4 +1,4 @@
-"""Results to wandb: each evaluation run logs its rows as a table plus an accuracy-vs-NFE chart.
+"""Results to wandb: each evaluation run logs its rows as a table, an accuracy-vs-NFE chart and AUP per family.
 
 Offline by default (never needs or waits on a network; `wandb sync` later, or `wandb.mode=online`), and the
 run is always finished in a `finally`, so one failed job never leaves a multirun hanging.
@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from mdmkit.analysis.aup import family_aup
+from mdmkit.analysis.pareto import derive_family
 
 COLUMNS = ["family", "sampler", "accuracy", "ci95_low", "ci95_high", "nfe_mean", "nfe_median",
            "nfe_to_stop_mean", "tokens_per_step", "cost_mean", "wall_time_s", "kind"]
@@ -25,6 +28,11 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return out
 
 
+def aup_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """[family, AUP] for every family of `rows` whose rows record tokens per step (analysis/aup.py)."""
+    return [[family, value] for family, value in family_aup(rows, derive_family).items()]
+
+
 def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output_dir: Path | None,
              name: str, plot: Path | None = None) -> None:
     """Log `rows` to one wandb run (nothing if `settings` is empty or mode is 'disabled')."""
@@ -39,6 +47,9 @@ def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output
         table = wandb.Table(columns=COLUMNS, data=table_rows(rows))
         logged = {"results": table,
                   "accuracy_vs_nfe": wandb.plot.scatter(table, "nfe_mean", "accuracy", title=f"{name}: accuracy vs NFE")}
+        aups = aup_rows(rows)
+        if aups:
+            logged["aup_by_family"] = wandb.Table(columns=["family", "aup"], data=aups)
         if plot is not None and plot.exists():
             logged["pareto"] = wandb.Image(str(plot))
         run.log(logged)
