@@ -98,11 +98,20 @@ def evaluate(cfg: DictConfig) -> None:
 
 def lm_eval() -> None:
     """lm-eval's own command line with the `mdmkit` model registered (lm-eval has no plugin hook for models)
-    and mdmkit's task configs (`mdmkit_gsm8k`, `mdmkit_humaneval`, `mdmkit_mbpp`) on the include path."""
+    and mdmkit's task configs (`mdmkit_gsm8k`, `mdmkit_humaneval`, `mdmkit_mbpp`) on the include path. Logged
+    samples carry each generation's NFE; a bad `model_args` value ends with one line and status 2."""
+    import lm_eval as harness
     from lm_eval.__main__ import cli_evaluate
 
     import mdmkit.evaluation.lm_eval_model  # noqa: F401 -- registers --model mdmkit
+    from mdmkit.evaluation.lm_eval_nfe import with_nfe
 
     if "--include_path" not in sys.argv:
         sys.argv += ["--include_path", str(Path(__file__).parent / "lm_eval_tasks")]
-    cli_evaluate()
+    if not hasattr(harness.simple_evaluate, "mdmkit_nfe"):  # the CLI reads `lm_eval.simple_evaluate`
+        harness.simple_evaluate = with_nfe(harness.simple_evaluate)
+    try:
+        cli_evaluate()
+    except MdmkitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

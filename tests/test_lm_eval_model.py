@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 
 from mdmkit.core.errors import CapabilityError, ConfigError  # noqa: E402
 from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
+from mdmkit.evaluation.lm_eval_nfe import Generation, attach_nfe, padding  # noqa: E402
 
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").exists(),
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")
@@ -76,6 +79,17 @@ def test_simple_evaluate_runs_offline_with_a_selected_sampler(masked_dir, task_d
     assert len(rows) == 3
     assert all(1 <= r["nfe_to_stop"] <= r["nfe"] <= 8 for r in rows)
     assert rows[0]["sampler"]["_target_"].endswith("ThresholdSampler") and rows[0]["sampler"]["tau"] == 0.5
+    assert sorted((r["task"], r["doc_id"]) for r in rows) == [("gsm8k_local", i) for i in range(3)]
+    # any task: each answer carries its NFE into the logged samples, and a summary goes into the results JSON
+    attach_nfe(results)
+    by_doc = {r["doc_id"]: r for r in rows}
+    for sample in results["samples"]["gsm8k_local"]:
+        assert sample["mdmkit_nfe"] == [by_doc[sample["doc_id"]]["nfe"]]
+        assert sample["mdmkit_nfe_to_stop"] == [by_doc[sample["doc_id"]]["nfe_to_stop"]]
+    summary = results["config"]["mdmkit"]["nfe"]["gsm8k_local"]
+    assert summary == {"generations": 3, "nfe_mean": pytest.approx(sum(r["nfe"] for r in rows) / 3),
+                       "nfe_to_stop_mean": pytest.approx(sum(r["nfe_to_stop"] for r in rows) / 3)}
+    assert results["config"]["mdmkit"]["sampler"]["tau"] == 0.5
 
 
 @needs_data
@@ -87,6 +101,28 @@ def test_the_console_script_is_lm_evals_cli_with_mdmkit_registered(masked_dir, t
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gsm8k_local" in done.stdout and "[mdmkit] 2 generations: NFE mean" in done.stdout
+    # the table shows the shots the task used (1 here)
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("|gsm8k_local")]
+    assert row.split("|")[4].strip() == "1"
+
+
+def test_a_bad_model_args_value_ends_the_console_script_with_one_line(masked_dir):
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cases = {"sampler=nope": "error: sampler=nope: no such sampler",
+             "gamma=-1": "error: sampler: gamma=-1.0 must be >= 0",
+             "gammma=0.1": "error: sampler: unknown key 'gammma'",
+             "ckpt=/nowhere/model": "error: no model directory at /nowhere/model"}
+    running = {args: subprocess.Popen(
+        [sys.executable, "-c", "from mdmkit.cli import lm_eval; lm_eval()", "--model", "mdmkit", "--model_args",
+         f"ckpt={masked_dir},{args}", "--tasks", "mdmkit_gsm8k", "--limit", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in cases}
+    for args, message in cases.items():
+        _, err = running[args].communicate(timeout=300)
+        assert running[args].returncode == 2, err[-2000:]
+        assert "Traceback" not in err, err[-2000:]
+        # beside lm-eval's own log lines, one line: the error
+        lines = [line for line in err.splitlines() if not re.match(r"\d{4}-\d\d-\d\d:[\d:]+ (INFO|WARNING) ", line)]
+        assert len(lines) == 1 and lines[0].startswith(message), err[-2000:]
 
 
 def _request(*args):
@@ -101,6 +137,36 @@ def test_generate_until_stops_rows_at_until_during_sampling(masked_dir):
                              _request("Question:", {"until": until, "max_gen_toks": 12})], disable_tqdm=True)
     assert all(not any(u in text for u in until) for text in out)
     assert any(r["nfe_to_stop"] < 12 for r in lm.nfe_records)  # at least one row stopped before the end
+
+
+def test_lm_evals_padding_copies_are_answered_once_and_not_counted(masked_dir):
+    lm = MdmkitLM(ckpt=str(masked_dir), sampler="topk", k=2, device="cpu", batch_size=2)
+    first = SimpleNamespace(args=("def f(x):", {"until": ["\n\n\n"], "max_gen_toks": 4}), repeats=1,
+                            task_name="t", doc_id=0)
+    last = SimpleNamespace(args=("Question:", {"until": ["\n\n\n"], "max_gen_toks": 4}), repeats=1,
+                           task_name="t", doc_id=1)
+    out = lm.generate_until([first, last, last, last], disable_tqdm=True)  # two padding copies of the last
+    alone = MdmkitLM(ckpt=str(masked_dir), sampler="topk", k=2, device="cpu", batch_size=2).generate_until(
+        [first, last], disable_tqdm=True)
+    assert out == [alone[0], alone[1], alone[1], alone[1]]
+    assert all(isinstance(text, Generation) and text.nfe == 2 for text in out)
+    assert [(r["task"], r["doc_id"]) for r in lm.nfe_records] == [("t", 0), ("t", 1)]
+    assert padding([first, first, last]) == [False, True, False]
+    twice = SimpleNamespace(args=first.args, repeats=2)  # a task's `repeats` copies are real requests
+    assert padding([twice, twice, twice]) == [False, False, True]
+
+
+def test_a_generation_is_its_text_and_keeps_its_nfe_through_pickling():
+    made = Generation("The answer is 4.", 7, 5)
+    assert made == "The answer is 4." and made.strip() == "The answer is 4." and json.dumps(made) == '"The answer is 4."'
+    again = pickle.loads(pickle.dumps(made))  # rank gathers and lm-eval's response cache pickle answers
+    assert (again, again.nfe, again.nfe_to_stop, type(again)) == (made, 7, 5, Generation)
+    assert type(made)("gold").nfe is None  # lm-eval builds answer-typed strings from other text
+    from mdmkit.lm_eval_tasks.utils import gsm8k_score
+
+    doc = {"question": "2+2?", "answer": "2+2=4\n#### 4"}
+    assert gsm8k_score(doc, [made]) == {"accuracy": 1.0, "nfe": 7.0, "nfe_to_stop": 5.0}
+    assert gsm8k_score(doc, ["The answer is 5."]) == {"accuracy": 0.0}  # another model's answer: no NFE
 
 
 def test_bad_model_args_fail_with_one_clear_error(masked_dir):
@@ -173,6 +239,8 @@ def test_loglikelihood_returns_one_pair_per_request(masked_dir):
     out = lm.loglikelihood([_request("Question: 2+2?\nAnswer:", " 4"), _request("def f", "(x):")],
                            disable_tqdm=True)
     assert len(out) == 2 and all(score < 0 and greedy is False for score, greedy in out)
+    # each request draws from its own stream: the same estimate alone, so whichever rank (or order) runs it
+    assert lm.loglikelihood([_request("def f", "(x):")], disable_tqdm=True) == [out[1]]
 
 
 @needs_data
@@ -192,6 +260,29 @@ def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(mask
         task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
     )
     for name in ("gsm8k", "humaneval", "mbpp"):
-        assert results["results"][f"mdmkit_{name}"]["accuracy,none"] == 0.0  # a random model solves nothing
-    prompt = results["samples"]["mdmkit_mbpp"][0]["arguments"][0][0]  # (context, gen_kwargs) of request 0
-    assert prompt == utils.task("mbpp").prompts()[0]  # the same prompt as evaluate.py task=mbpp
+        metrics = results["results"][f"mdmkit_{name}"]
+        assert metrics["accuracy,none"] == 0.0  # a random model solves nothing
+        samples = results["samples"][f"mdmkit_{name}"]
+        assert metrics["nfe,none"] == pytest.approx(sum(s["nfe"] for s in samples) / 2)  # beside accuracy
+        assert metrics["nfe_to_stop,none"] == pytest.approx(sum(s["nfe_to_stop"] for s in samples) / 2)
+        assert all(1 <= s["nfe_to_stop"] <= s["nfe"] <= 6 for s in samples)
+        # lm-eval's own few-shot rebuilds the same prompt as evaluate.py task=<name>, and reports its shots
+        prompt = samples[0]["arguments"][0][0]  # (context, gen_kwargs) of request 0
+        assert prompt == utils.task(name).prompts()[0]
+    assert results["n-shot"] == {"mdmkit_gsm8k": 8, "mdmkit_humaneval": 0, "mdmkit_mbpp": 4}
+
+
+@needs_data
+@pytest.mark.parametrize("name, shots", [("gsm8k", 2), ("mbpp", 3)])
+def test_num_fewshot_changes_the_shots_of_mdmkits_tasks(name, shots, monkeypatch):
+    from mdmkit.lm_eval_tasks import utils
+    from mdmkit.tasks.code import MBPPTask
+    from mdmkit.tasks.gsm8k import GSM8KTask
+
+    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
+    utils.task.cache_clear()
+    manager = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
+    task = manager.load([f"mdmkit_{name}"])["tasks"][f"mdmkit_{name}"]
+    mdm_task = {"gsm8k": GSM8KTask, "mbpp": MBPPTask}[name](data_dir=str(BENCHMARK_DATA), shots=shots)
+    doc = task.test_docs()[0]
+    assert task.fewshot_context(doc, num_fewshot=shots) == mdm_task.prompts()[0]  # lm-eval's 3-shot MBPP too

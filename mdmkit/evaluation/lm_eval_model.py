@@ -10,19 +10,28 @@ lm-eval 0.4 has no plugin hook for third-party models, so the model is registere
 the `mdmkit-lm-eval` console script (lm-eval's own CLI, same arguments) imports it first; from Python, import
 this module before `lm_eval.simple_evaluate(model="mdmkit", ...)`.
 
-`generate_until` stops rows during sampling once their `until` strings appear in settled text. `loglikelihood`
-for masked models is a Monte-Carlo estimate of the ELBO (a lower bound on log p, see `masked_elbo`), for
-causal models the exact sum of token log-probabilities. `loglikelihood_rolling` is refused for masked models.
+`generate_until` stops rows during sampling once their `until` strings appear in settled text; each answer carries
+its NFE into lm-eval's outputs (`lm_eval_nfe.py`). `loglikelihood` for masked models is a Monte-Carlo estimate of
+the ELBO (a lower bound on log p, see `masked_elbo`), for causal models the exact sum of token log-probabilities.
+`loglikelihood_rolling` is refused for masked models.
+
+Data parallel, through lm-eval's own mechanism: launched as N processes (`torchrun --nproc_per_node=N --no-python
+mdmkit-lm-eval ...`, which sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`), each process holds a replica on its own GPU
+(local rank; on a CPU, gloo), reports its `rank` and `world_size` to lm-eval, which gives it every N-th document,
+and answers lm-eval's collectives (`all_gather`, `gather_object`, `barrier`) with `torch.distributed`; rank 0
+gets every rank's metrics, logged samples and NFE records. No `accelerate` is needed.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from omegaconf import OmegaConf
@@ -30,7 +39,10 @@ from tqdm import tqdm
 
 from mdmkit.core.config import build, option, require
 from mdmkit.core.errors import ConfigError
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
+from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
@@ -50,6 +62,17 @@ def sampler_from_args(name: str, overrides: dict[str, Any]):
                  for key, value in overrides.items()}
     node = OmegaConf.merge(preset, overrides)
     return build(node, "sampler"), OmegaConf.to_container(node)
+
+
+def _available(device: str | None) -> str:
+    """`device` if this machine has it; `auto` (or none) is cuda where there is one, else cpu."""
+    device = str(device or "auto")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"[mdmkit] device={device} is not available here; running on cpu")  # lm-eval's CLI asks for cuda:0
+        return "cpu"
+    return device
 
 
 @torch.no_grad()
@@ -95,34 +118,45 @@ class MdmkitLM(LM):
             sampler = "ntp" if kind == "causal" else "eb"
         self.sampler, self.sampler_config = sampler_from_args(sampler, extra)
         check_decoder(kind == "causal", self.sampler)  # before the weights load
-        if device == "auto" or (str(device).startswith("cuda") and not torch.cuda.is_available()):
-            if device != "auto":  # lm-eval's CLI asks for cuda by default, also on CPU-only machines
-                print(f"[mdmkit] device={device} is not available here; running on cpu")
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = _available(device)
+        self.ranks = init_ranks("cuda" if device.startswith("cuda") else device)  # rank 0 of 1 without a launcher
+        self._rank, self._world_size = self.ranks.rank, self.ranks.world_size
+        if self._world_size > 1 and device.startswith("cuda"):
+            device = f"cuda:{torch.cuda.current_device()}"  # this rank's GPU (its local rank), whatever was asked
+        self._device = torch.device(device)
         self.model: TextModel = load_text_model(ckpt, config, device)
         check_sampler(self.model, self.sampler)
         self.batch_size_per_call = int(batch_size)
         self.gen_length, self.mc_samples, self.seed = gen_length, mc_samples, seed
         self.nfe_file = Path(nfe_file) if nfe_file else None
-        self.nfe_records: list[dict[str, Any]] = []
+        self.nfe_records: list[dict[str, Any]] = []  # this rank's generations
+        self.all_nfe_records: list[dict[str, Any]] | None = None  # every rank's, on rank 0 once gathered
+        self._reported = 0
 
     # -- generation ----------------------------------------------------------------------------
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Batches requests that share generation settings; each result is cut at its `until` strings."""
+        """Batches requests that share generation settings; each result is cut at its `until` strings and
+        carries its NFE (a `Generation`). lm-eval's padding requests (data parallel) reuse their original's."""
+        pad = padding(requests)
         groups: dict[str, list[int]] = {}
         for i, request in enumerate(requests):
-            groups.setdefault(json.dumps(self._settings(request.args[1]), sort_keys=True), []).append(i)
+            if not pad[i]:
+                groups.setdefault(json.dumps(self._settings(request.args[1]), sort_keys=True), []).append(i)
         outputs: list[str] = [""] * len(requests)
         for key, indices in groups.items():
             settings = json.loads(key)
             prompts = [requests[i].args[0] for i in indices]
             made = generate(self.model, prompts, self.sampler, settings["max_gen_toks"], settings["until"],
-                            batch_size=self.batch_size_per_call, seed=self.seed, progress=not disable_tqdm)
+                            batch_size=self.batch_size_per_call, seed=self.seed,
+                            progress=not disable_tqdm and self.rank == 0)
             for j, i in enumerate(indices):
-                outputs[i] = made.texts[j]
-                self.nfe_records.append({"request": i, "nfe": int(made.nfe[j]),
-                                         "nfe_to_stop": int(made.nfe_to_stop[j]), "sampler": self.sampler_config})
-        self._report()
+                outputs[i] = Generation(made.texts[j], made.nfe[j], made.nfe_to_stop[j])
+                self.nfe_records.append(record(requests[i], outputs[i], self.sampler_config))
+        first = {id(request): i for i, request in reversed(list(enumerate(requests)))}
+        for i in (i for i, flag in enumerate(pad) if flag):
+            outputs[i] = outputs[first[id(requests[i])]]
+        if self.world_size == 1:
+            self._report(self.nfe_records)
         return outputs
 
     def _settings(self, gen_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -136,24 +170,65 @@ class MdmkitLM(LM):
                               "temperature in model_args instead")
         return {"until": until, "max_gen_toks": int(gen_kwargs.get("max_gen_toks", self.gen_length))}
 
-    def _report(self) -> None:
-        if not self.nfe_records:
+    def _report(self, records: list[dict[str, Any]]) -> None:
+        """The NFE line on stdout and `nfe_file`, once per new set of records (rank 0 under data parallelism)."""
+        if not records or len(records) == self._reported:
             return
-        nfe = np.array([r["nfe"] for r in self.nfe_records])
-        to_stop = np.array([r["nfe_to_stop"] for r in self.nfe_records])
-        print(f"[mdmkit] {len(nfe)} generations: NFE mean {nfe.mean():.2f}, to the stop point {to_stop.mean():.2f}")
+        self._reported = len(records)
+        nfe = np.array([r["nfe"] for r in records])
+        to_stop = np.array([r["nfe_to_stop"] for r in records])
+        ranks = f" on {self.world_size} ranks" if self.world_size > 1 else ""
+        print(f"[mdmkit] {len(nfe)} generations{ranks}: NFE mean {nfe.mean():.2f}, to the stop point "
+              f"{to_stop.mean():.2f}", flush=True)
         if self.nfe_file is not None:
             self.nfe_file.parent.mkdir(parents=True, exist_ok=True)
-            self.nfe_file.write_text("".join(json.dumps(r) + "\n" for r in self.nfe_records))
+            self.nfe_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Added by `simple_evaluate` to the results' `config`: the sampler and each task's NFE summary."""
+        records = self.nfe_records if self.all_nfe_records is None else self.all_nfe_records
+        return {"mdmkit": {"sampler": self.sampler_config, "world_size": self.world_size,
+                           "nfe": summarize(records)}}
+
+    # -- data parallel (lm-eval's collectives) -------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's `tensor`, concatenated in rank order (0-d tensors stacked), as accelerate's `gather`."""
+        if self.world_size == 1:
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Every rank's `obj` on `dst` (None elsewhere). This rank's NFE records travel with it, so rank 0 holds
+        them all after lm-eval's gathers of samples and metrics, without a collective of mdmkit's own."""
+        if self.world_size == 1:
+            return [obj]
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object((obj, self.nfe_records), gathered, dst=dst)
+        if gathered is None:
+            return None
+        self.all_nfe_records = [line for _, lines in gathered for line in lines]
+        self._report(self.all_nfe_records)
+        return [part for part, _ in gathered]
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
 
     # -- likelihoods ---------------------------------------------------------------------------
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log p estimate, is_greedy); masked models: Monte-Carlo ELBO, greedy flag always False."""
         tokenizer, network = self.model.tokenizer, self.model.network
-        generator = torch.Generator().manual_seed(self.seed)
         results = []
-        for request in tqdm(requests, disable=disable_tqdm, desc="loglikelihood"):
+        for request in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="loglikelihood"):
             context, continuation = request.args
+            # a stream of its own per request: the estimate does not depend on which rank, or after what, it runs
+            generator = seeded_generator(stream_seed(self.seed, zlib.crc32(f"{context}\0{continuation}".encode())))
             whole = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
             head = tokenizer(context, add_special_tokens=False)["input_ids"]
             split = len(head) if whole[: len(head)] == head else len(whole) - len(
