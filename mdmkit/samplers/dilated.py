@@ -33,13 +33,17 @@ from functools import lru_cache
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import KV_CACHE
+from mdmkit.samplers.blocks import (
+    NO_BLOCK,
+    cache_requirements,
+    check_cache_fields,
+    check_sampling_fields,
+    enter_blocks,
+)
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
-
-_NO_BLOCK = torch.iinfo(torch.long).max
 
 
 def dilated_groups(size: int, base: int = 2, base_skip: int = 1) -> list[list[int]]:
@@ -103,22 +107,14 @@ class DUSSampler(Sampler):
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]
         """A cache needs the network's `kv_cache` capability; the plain loop needs nothing."""
-        return frozenset() if self.cache == "none" else frozenset({KV_CACHE})
+        return cache_requirements(self.cache)
 
     def validate(self) -> None:
         require(self.base >= 1, f"base={self.base} must be >= 1")
         require(self.base_skip >= 1, f"base_skip={self.base_skip} must be >= 1")
         require(0.0 <= self.defer_below <= 1.0, f"defer_below={self.defer_below} must lie in [0, 1]")
-        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
-        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
-        require(self.block_length is None or self.block_length >= 1,
-                f"block_length={self.block_length} must be >= 1 or null")
-        require(self.cache == "none" or self.block_length is not None,
-                f"cache={self.cache} needs block_length (the cache is refreshed block by block)")
-        require(self.cache_refresh is None or self.cache_refresh >= 1,
-                f"cache_refresh={self.cache_refresh} must be >= 1 or null")
-        require(self.cache_refresh is None or self.cache != "none",
-                f"cache_refresh={self.cache_refresh} needs a cache (cache=prefix or cache=dual)")
+        check_sampling_fields(self.temperature, self.top_p, self.block_length)
+        check_cache_fields(self.cache, self.cache_refresh, self.block_length)
 
     def schedule(self, answer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per position of `answer` [B, L] (the positions to fill): its block, its group in that block and the
@@ -138,7 +134,7 @@ class DUSSampler(Sampler):
             index[each, :each] = torch.tensor(of_offset)
             n_groups[each] = number
         index, n_groups = index.to(answer.device), n_groups.to(answer.device)
-        block = torch.where(answer, block_index, _NO_BLOCK)
+        block = torch.where(answer, block_index, NO_BLOCK)
         group = torch.where(answer, index[size, offset.clamp(max=top - 1)], -1)
         last = torch.where(answer, n_groups[size] - 1, -1)
         return block, group, last
@@ -166,10 +162,7 @@ class DUSSampler(Sampler):
             if rows.numel() == 0:
                 return Sampled(x, reveal_step, steps)
             state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
-            block = torch.where(row_masked, row_block, _NO_BLOCK).min(1).values
-            in_block = row_block == block[:, None]
-            entered = block != current_block[rows]
-            current_block[rows] = block
+            in_block, entered = enter_blocks(row_masked, row_block, current_block, rows)
             stage = torch.where(entered, 0, step_in_block[rows])
             if bool((stage > torch.where(in_block, last_of[rows], -1).max(1).values).any()):
                 raise RuntimeError("internal: a DUS block outlived its last group")

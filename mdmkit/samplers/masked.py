@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import KV_CACHE
+from mdmkit.samplers.blocks import (
+    answer_blocks,
+    cache_requirements,
+    check_cache_fields,
+    check_sampling_fields,
+    enter_blocks,
+)
 from mdmkit.samplers.budget import (
     Budget,
     ConfidenceFactor,
@@ -36,7 +42,6 @@ from mdmkit.samplers.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.ordering import ERROR_PROXIES, entropy, entropy_with_eps
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
-_NO_BLOCK = torch.iinfo(torch.long).max
 # (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
 RevealHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -52,14 +57,6 @@ class _LazyRanked(Ranked):
     @cached_property
     def entropy(self) -> torch.Tensor:  # type: ignore[override]
         return entropy(self._probs).gather(1, self._order)
-
-
-def answer_blocks(answer: torch.Tensor, block_length: int | None) -> torch.Tensor:
-    """Block index of every answer position (its rank among the row's answer positions // block_length)."""
-    if block_length is None:
-        return torch.where(answer, 0, _NO_BLOCK)
-    rank = answer.long().cumsum(1) - 1
-    return torch.where(answer, rank // block_length, _NO_BLOCK)
 
 
 @dataclass
@@ -87,7 +84,7 @@ class MaskedSampler(Sampler):
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]
         """A cache needs the network's `kv_cache` capability; the plain loop needs nothing."""
-        return frozenset() if self.cache == "none" else frozenset({KV_CACHE})
+        return cache_requirements(self.cache)
 
     def validate(self) -> None:
         if isinstance(self.ordering, str):
@@ -95,16 +92,8 @@ class MaskedSampler(Sampler):
                     f"ordering='{self.ordering}' is not one of {', '.join(ERROR_PROXIES)}")
         else:
             require(callable(self.ordering), "ordering must be a name or a callable error proxy")
-        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
-        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
-        require(self.block_length is None or self.block_length >= 1,
-                f"block_length={self.block_length} must be >= 1 or null")
-        require(self.cache == "none" or self.block_length is not None,
-                f"cache={self.cache} needs block_length (the cache is refreshed block by block)")
-        require(self.cache_refresh is None or self.cache_refresh >= 1,
-                f"cache_refresh={self.cache_refresh} must be >= 1 or null")
-        require(self.cache_refresh is None or self.cache != "none",
-                f"cache_refresh={self.cache_refresh} needs a cache (cache=prefix or cache=dual)")
+        check_sampling_fields(self.temperature, self.top_p, self.block_length)
+        check_cache_fields(self.cache, self.cache_refresh, self.block_length)
         if self.budget_rule is not None:
             self.budget()  # the rule checks its own fields: a bad value stops at construction
 
@@ -151,17 +140,14 @@ class MaskedSampler(Sampler):
             if rows.numel() == 0:
                 return Sampled(x, reveal_step, steps)
             state, row_masked = x[rows], masked[rows]
-            block = torch.where(row_masked, block_of[rows], _NO_BLOCK).min(1).values
-            eligible = row_masked & (block_of[rows] == block[:, None])
-            entered = block != current_block[rows]
-            current_block[rows] = block
+            in_block, entered = enter_blocks(row_masked, block_of[rows], current_block, rows)
+            eligible = row_masked & in_block
             step_in_block[rows] = torch.where(entered, 0, step_in_block[rows])
             block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
 
             kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
             if cache is not None:
                 due = entered if self.cache_refresh is None else step_in_block[rows] % self.cache_refresh == 0
-                in_block = block_of[rows] == block[:, None]
                 logits, hidden = cache.logits(rows, state, in_block, due), None
             elif reveal_also is None:
                 logits, hidden = network(state, rows, **kwargs), None

@@ -45,12 +45,11 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE
 from mdmkit.models.hf import positions_from
+from mdmkit.samplers.blocks import answer_blocks, check_sampling_fields, enter_blocks
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import CacheMode
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
-
-_NO_BLOCK = torch.iinfo(torch.long).max
 
 
 @dataclass
@@ -103,10 +102,7 @@ class WinoSampler(Sampler):
         require(0.0 < self.draft_share <= 1.0, f"draft_share={self.draft_share} must lie in (0, 1]")
         require(self.draft_floor >= 1, f"draft_floor={self.draft_floor} must be >= 1")
         require(self.draft_cap is None or self.draft_cap >= 1, f"draft_cap={self.draft_cap} must be >= 1 or null")
-        require(self.temperature >= 0.0, f"temperature={self.temperature} must be >= 0")
-        require(0.0 < self.top_p <= 1.0, f"top_p={self.top_p} must lie in (0, 1]")
-        require(self.block_length is None or self.block_length >= 1,
-                f"block_length={self.block_length} must be >= 1 or null")
+        check_sampling_fields(self.temperature, self.top_p, self.block_length)
         require(self.cache == "none", f"cache={self.cache} is not supported by WINO (its verification reruns the "
                                       f"whole canvas with a shadow block every step): use cache=none")
 
@@ -130,8 +126,7 @@ class WinoSampler(Sampler):
         batch, length = x.shape
         device = x.device
         answer = x == mask_id
-        rank = answer.long().cumsum(1) - 1
-        block_of = torch.where(answer, 0 if self.block_length is None else rank // self.block_length, _NO_BLOCK)
+        block_of = answer_blocks(answer, self.block_length)
         positions = (torch.arange(length, device=device).expand(batch, -1) if keep is None
                      else positions_from(keep.bool()))
         reveal_step = torch.full_like(x, -1)
@@ -148,10 +143,7 @@ class WinoSampler(Sampler):
             if rows.numel() == 0:
                 return Sampled(x, reveal_step, steps)
             state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
-            block = torch.where(row_masked, row_block, _NO_BLOCK).min(1).values
-            in_block = row_block == block[:, None]
-            entered = block != current_block[rows]
-            current_block[rows] = block
+            in_block, entered = enter_blocks(row_masked, row_block, current_block, rows)
             block_steps[rows] = torch.where(entered, 0, block_steps[rows]) + 1
             if bool((block_steps[rows] > in_block.sum(1)).any()):
                 raise RuntimeError("internal: a WINO block took more steps than it has positions")
