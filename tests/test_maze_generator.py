@@ -107,6 +107,13 @@ def test_generate_mazes_is_deterministic_and_prefix_stable() -> None:
     assert generate_mazes(3, 5, seed=3, progress=True) == mazes[:3]
 
 
+def test_worker_processes_change_nothing_but_the_time() -> None:
+    mazes = generate_mazes(40, 4, seed=7)
+    assert generate_mazes(40, 4, seed=7, workers=3) == mazes  # chunks over a pool, reassembled in order
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        generate_mazes(4, 4, seed=7, workers=0)
+
+
 def test_generated_mazes_are_shuffled_trees_with_their_paths() -> None:
     n = 6
     mazes = generate_mazes(50, n, seed=0)

@@ -82,6 +82,14 @@ def test_splits_are_cached_deterministic_and_disjoint(tmp_path: Path) -> None:
     assert sudoku(tmp_path, n_givens=30).fingerprint() != sudoku(tmp_path).fingerprint()
 
 
+def test_the_cache_is_compact_and_reads_back_the_same_splits(tmp_path: Path) -> None:
+    made = sudoku(tmp_path).load_splits()
+    with np.load(sudoku(tmp_path).cache_path()) as cached:
+        assert cached["tokens"].dtype == np.uint8  # one byte per token: a paper-scale split stays carriable
+    for name, split in sudoku(tmp_path).load_splits().items():
+        assert split.tokens.dtype == torch.int64 and torch.equal(split.tokens, made[name].tokens)
+
+
 def test_test_split_is_stable_when_train_size_changes(tmp_path: Path) -> None:
     small, large = sudoku(tmp_path).load_splits(), sudoku(tmp_path, n_train=90).load_splits()
     assert torch.equal(small["test"].tokens, large["test"].tokens)

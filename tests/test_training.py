@@ -26,6 +26,21 @@ def test_fast_dev_run_trains_one_step_and_writes_a_model(tmp_path: Path) -> None
     assert TrainedModel(tmp_path / "model.pt").network().num_parameters() > 0
 
 
+def test_bf16_model_file_and_a_time_limit(tmp_path: Path) -> None:
+    """save_dtype=bfloat16 halves model.pt and loads back as the float32 network rounded to bf16; a run stopped by
+    trainer.max_time still writes its model."""
+    summary = train(tmp_path, "save_dtype=bfloat16", "trainer.max_steps=1000", "trainer.max_time='00:00:00:03'",
+                    "evaluate_after_training=false")
+    assert 0 < summary["global_step"] < 1000
+    saved = torch.load(tmp_path / "model.pt", map_location="cpu", weights_only=False)["network"]
+    assert {w.dtype for w in saved.values()} == {torch.bfloat16}
+    live = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    network = TrainedModel(tmp_path / "model.pt").network()
+    for name, weight in network.state_dict().items():
+        assert weight.dtype == torch.float32
+        assert torch.equal(weight, live["ema.shadow." + name.replace(".", "__")].to(torch.bfloat16).float())
+
+
 def test_default_loggers_write_wandb_offline_and_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline must come from the config itself
     monkeypatch.setenv("WANDB_API_KEY", "")

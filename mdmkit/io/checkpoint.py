@@ -106,9 +106,10 @@ def shape_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Ten
 
 
 def save_slim(config: dict[str, Any], ema_shadow: dict[str, torch.Tensor], path: Path,
-              extra: dict[str, Any] | None = None) -> None:
-    """Write config + EMA weights only (a few MB), the file evaluation and later work start from."""
-    weights = {name.replace("__", "."): p.detach().cpu() for name, p in ema_shadow.items()}
+              extra: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32) -> None:
+    """Write config + EMA weights only (a few MB), the file evaluation and later work start from; `dtype`
+    bfloat16 halves it (loading widens the weights back to the network's float32)."""
+    weights = {name.replace("__", "."): p.detach().to(dtype).cpu() for name, p in ema_shadow.items()}
     payload = {"format": "mdmkit-slim-v1", "config": config, "network": weights, "weights": "ema"}
     payload.update(extra or {})
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -182,7 +182,12 @@ class PuzzleTask(Validated):
     def _write_cache(path: Path, examples: Examples) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # concurrent writers (ranks, jobs) each replace it whole
-        np.savez(tmp, tokens=examples.tokens, answer_mask=examples.answer_mask, keys=examples.keys)
+        # compact (one byte per token where the vocabulary allows, compressed): a paper-scale train split stays
+        # small enough to carry to a remote machine; Split.from_examples widens tokens back to int64
+        tokens = examples.tokens
+        if tokens.size and 0 <= tokens.min() and tokens.max() < 256:
+            tokens = tokens.astype(np.uint8)
+        np.savez_compressed(tmp, tokens=tokens, answer_mask=examples.answer_mask, keys=examples.keys)
         tmp.replace(path)
 
     def load_splits(self) -> dict[str, Split]:

@@ -7,8 +7,10 @@ whose hard dependencies pull in a Jupyter stack, and so that every maze is repro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
+import multiprocessing as mp
 import operator
 import struct
 from collections.abc import Iterable, Sequence
@@ -23,6 +25,8 @@ Edge = tuple[Cell, Cell]
 
 # Mazes drawn per item before giving up on a min_path_len that DFS trees of this size (almost) never reach.
 _MAX_MAZE_DRAWS = 1000
+# Largest number of mazes sent to a worker at once: small enough for a live progress bar.
+_MAX_CHUNK = 2000
 
 
 @dataclass(frozen=True)
@@ -213,10 +217,17 @@ def _random_maze(n: int, rng: np.random.Generator, min_path_len: int) -> Maze:
     return Maze(n, edges, start, goal, tuple(path))
 
 
+def _make_chunk(job: tuple[int, int, int, int, int]) -> list[Maze]:
+    """Mazes start..stop-1 (module level, so 'spawn' workers can unpickle it)."""
+    n, seed, start, stop, min_path_len = job
+    return [_random_maze(n, np.random.default_rng([seed, i]), min_path_len) for i in range(start, stop)]
+
+
 def generate_mazes(
-    count: int, n: int, seed: int, min_path_len: int = 2, progress: bool = False
+    count: int, n: int, seed: int, min_path_len: int = 2, progress: bool = False, workers: int = 1
 ) -> list[Maze]:
-    """`count` mazes; item i depends only on (seed, i): a larger count extends a dataset, never reshuffles it.
+    """`count` mazes; item i depends only on (seed, i): a larger count extends a dataset, never reshuffles it,
+    and `workers` > 1 (a process pool over chunks of items) changes nothing but the time.
 
     Start and goal are distinct uniform cells, redrawn until the path has >= min_path_len cells (a maze with
     no such pair is redrawn). Edges are shuffled and randomly oriented so the model must learn that the
@@ -227,10 +238,21 @@ def generate_mazes(
         raise ValueError(f"count must be >= 0, got {count}")
     if not 2 <= operator.index(min_path_len) <= n * n:
         raise ValueError(f"min_path_len must be in 2..{n * n} for a {n}x{n} maze, got {min_path_len}")
-    return [
-        _random_maze(n, np.random.default_rng([seed, i]), min_path_len)
-        for i in tqdm(range(count), desc=f"{n}x{n} mazes", unit="maze", disable=not progress)
-    ]
+    if operator.index(workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    chunk = min(_MAX_CHUNK, max(1, count // (workers * 8)))
+    jobs = [(n, seed, start, min(start + chunk, count), min_path_len) for start in range(0, count, chunk)]
+    mazes: list[Maze] = []
+    with contextlib.ExitStack() as stack:
+        bar = stack.enter_context(tqdm(total=count, desc=f"{n}x{n} mazes", unit="maze", disable=not progress))
+        if workers > 1 and len(jobs) > 1:
+            parts = stack.enter_context(mp.get_context().Pool(min(workers, len(jobs)))).imap(_make_chunk, jobs)
+        else:
+            parts = map(_make_chunk, jobs)
+        for part in parts:
+            mazes.extend(part)
+            bar.update(len(part))
+    return mazes
 
 
 def canonical_key(maze: Maze) -> bytes:

@@ -16,6 +16,7 @@ from mdmkit.core.errors import CheckpointError
 
 # configs name the optimizer settings where they used to live, next to the Lightning module
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
+SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -37,6 +38,8 @@ def check_run(cfg: DictConfig) -> None:
     data = cfg.data
     require(data.batch_size >= 1 and data.eval_batch_size >= 1, "data.batch_size and data.eval_batch_size must be >= 1")
     require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    save_dtype = cfg.get("save_dtype", "float32")
+    require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     ema_decay = cfg.get("ema_decay", 0.0)
     require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
@@ -143,7 +144,8 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     if trainer.global_rank != 0:
         return summary
 
-    save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary})
+    save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary},
+              dtype=getattr(torch, cfg.get("save_dtype", "float32")))
     if cfg.evaluate_after_training and not trainer.fast_dev_run:
         network = module.network.to(resolve_device(cfg.device))
         with module.ema.swapped_in(network):

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 20 in one 10-minute device call: the paper-scale Sudoku and maze models train side by side on one GPU
+# (scripts/device_train.sh, each until TRAIN_TIME), then each sweeps its fronts on the GPU until the call's
+# DEADLINE (seconds from the start). Everything lands in $OUT: <name>.pt, <name>.tgz, <name>.log, and the sweep
+# rows <name>_fronts.jsonl (a sweep cut short resumes where it stopped: evaluate.py skips rows it has).
+#
+# Here, before the call: the carried wheels (hydra-core, omegaconf, antlr4: the device image lacks them) in .whl/,
+# the Sudoku training data in runs/cache/ (made here: `MDMKIT_CACHE_DIR=runs/cache python -c ...`, see the note
+# docs/results/notes/paper_models.md), then
+#   device run: scripts/device_paper.sh     carry: [.whl, runs]     timeout_s: 590
+# EXTRA (train.py overrides for both) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
+set -uo pipefail
+PYTHON=${PYTHON:-python3}; OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
+EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
+export PYTHON OUT MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} PYTHONUNBUFFERED=1
+started=$SECONDS
+mkdir -p "$OUT"
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || exit 1
+fi
+# an uninstalled checkout (the device image has no mdmkit): the configs' package is conf/ itself
+"$PYTHON" -c "import mdmkit.conf" 2> /dev/null || ln -sfn ../conf mdmkit/conf
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
+    local name=$1
+    # shellcheck disable=SC2086
+    scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" $EXTRA > /dev/null
+    [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
+    mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt"
+    local left=$((DEADLINE - (SECONDS - started)))
+    echo "[$name] trained at ${SECONDS}s; sweeping for at most ${left}s"
+    # shellcheck disable=SC2086
+    timeout --signal=INT "$left" "$PYTHON" evaluate.py "ckpt=checkpoints/$name.pt" "sweep=${name}_fronts" \
+        "results_file=$OUT/${name}_fronts.jsonl" wandb.mode=disabled $SWEEP_EXTRA >> "$OUT/$name.log" 2>&1
+    echo "[$name] sweep ended ($?) at ${SECONDS}s with $(wc -l < "$OUT/${name}_fronts.jsonl" 2>/dev/null || echo 0) rows"
+}
+
+leg sudoku_paper & leg maze_paper & wait
+grep -h "trained\|accuracy\|Error\|error" "$OUT"/*.log | tail -n 20
+ls -la "$OUT"
