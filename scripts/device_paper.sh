@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Issue 20 in one 10-minute device call: the paper-scale Sudoku and maze models train side by side on one GPU
-# (scripts/device_train.sh, each until TRAIN_TIME), then each sweeps its fronts on the GPU until the call's
-# DEADLINE (seconds from the start). Everything lands in $OUT: <name>.pt, <name>.tgz, <name>.log, and the sweep
-# rows <name>_fronts.jsonl (a sweep cut short resumes where it stopped: evaluate.py skips rows it has).
+# Issue 20 in one 10-minute device call: the paper-scale models in MODELS (default both, side by side on one GPU:
+# each then gets about half its solo rate, docs/results/notes/paper_device_legs.md) train with
+# scripts/device_train.sh until TRAIN_TIME, each continuing from checkpoints/<name>.pt where that exists, then
+# sweep their fronts on the GPU until the call's DEADLINE (seconds from the start). Everything lands in $OUT:
+# <name>.pt, <name>.tgz, <name>.log and the sweep rows <name>_fronts.jsonl (a sweep cut short resumes where it
+# stopped: evaluate.py skips rows it has).
 #
-# Here, before the call: the carried wheels (hydra-core, omegaconf, antlr4: the device image lacks them) in .whl/,
-# the Sudoku training data in runs/cache/ (made here: `MDMKIT_CACHE_DIR=runs/cache python -c ...`, see the note
-# docs/results/notes/paper_models.md), then
-#   device run: scripts/device_paper.sh     carry: [.whl, runs]     timeout_s: 590
-# EXTRA (train.py overrides for both) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
+# Before the call, here: the wheels the device image lacks (hydra-core, omegaconf, antlr4) in .whl/ (README of
+# the device tool). The training data is made there (runs/cache/ is carried where the tree leaves room). Then
+#   device run: scripts/device_paper.sh     carry: [.whl]     timeout_s: 590      (MODELS=maze_paper scripts/...)
+# EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 set -uo pipefail
 PYTHON=${PYTHON:-python3}; OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
-EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
+MODELS=${MODELS:-sudoku_paper maze_paper}; EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
 export PYTHON OUT MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} PYTHONUNBUFFERED=1
 started=$SECONDS
 mkdir -p "$OUT"
@@ -38,6 +39,7 @@ leg() {  # NAME: train, then sweep the fronts on the trained model until the dea
     echo "[$name] sweep ended ($?) at ${SECONDS}s with $(wc -l < "$OUT/${name}_fronts.jsonl" 2>/dev/null || echo 0) rows"
 }
 
-leg sudoku_paper & leg maze_paper & wait
+for name in $MODELS; do leg "$name" & done
+wait
 grep -h "trained\|accuracy\|Error\|error" "$OUT"/*.log | tail -n 20
 ls -la "$OUT"

@@ -75,7 +75,7 @@ def first_wrong_reveals(trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def trace_eb(trained: TrainedModel, gamma: float, limit: int, batch_size: int) -> dict[str, Any]:
     task, network = trained.task, trained.network().eval()
-    test = task.load_splits()["test"].head(limit)
+    test = task.load_test().head(limit)  # the test split alone: a paper-scale train split is never made
     sampler = EBSampler(gamma=gamma, ordering="confidence")
     levels, wrong_rows, correct, nfe = [], [], 0, 0
     for begin in tqdm(range(0, len(test), batch_size), desc=f"gamma={gamma:g}", leave=False):
