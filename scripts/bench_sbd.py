@@ -203,7 +203,7 @@ def main() -> None:
 
     models = {name: TrainedModel(path) for name, path in (("ntp_ft", ntp_ft), ("sbd", sbd))}
     task = models["sbd"].task
-    test = task.load_splits()["test"].head(args.limit)
+    test = task.load_test().head(args.limit)
     nets = {name: model.network(task) for name, model in models.items()}
     rows = [
         measure("(a) NTP fine-tune, NTP decoding", nets["ntp_ft"], task, test, NTPDecoder(), args.batch_size),

@@ -96,7 +96,7 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
     trained = TrainedModel(checkpoint)
     network = trained.network().to(resolve_device(args.device))
     task = trained.task
-    test = task.load_splits()["test"].head(args.batch_size)
+    test = task.load_test().head(args.batch_size)
     prompts = test.tokens.masked_fill(test.answer_mask, task.mask_id).to(network.embed.weight.device)
     loaded = load_indicator(indicator)
     loaded.check(network)
