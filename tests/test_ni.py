@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY, compose_config
+from omegaconf import open_dict
 from fakes import DEPS, TARGET, Dependent, random_transformer
 
 from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.evaluation.sweep import expand
 from mdmkit.io.checkpoint import save_slim
 from mdmkit.io.indicator import load_indicator, save_indicator
 from mdmkit.models.indicator import (
@@ -386,6 +389,20 @@ def test_indicator_training_runs_end_to_end_and_its_checkpoint_samples(tiny_base
     counter = ForwardCounter(network, len(prompt))
     sampled = sampler.sample(counter, prompt, trained.task.mask_id)
     assert not (sampled.tokens == trained.task.mask_id).any() and (counter.extra["indicator"] > 0).all()
+
+    # a sweep names the indicator by path, as scripts/ni_pipeline.py does: checked when the grid expands, loaded
+    # for the model when the row runs
+    sweep = {"name": "ni", "entries": [{"sampler": "ni", "grid": {"epsilon": [0.5, 0.9],
+                                                                  "indicator": [str(tmp_path / "indicator.pt")]}}]}
+    cfg = compose_config("evaluate", [f"ckpt={tiny_base}", "limit=4", f"results_file={tmp_path}/sweep.jsonl",
+                                      "wandb.mode=disabled"])
+    with open_dict(cfg):
+        cfg.sweep = sweep
+    rows = run_evaluation(cfg, None)
+    assert [row["params"]["epsilon"] for row in rows] == [0.5, 0.9] and all(row["n"] == 4 for row in rows)
+    sweep["entries"][0]["grid"]["indicator"] = ["no/such.pt"]
+    with pytest.raises(CheckpointError, match="sampler.indicator: checkpoint not found: no/such.pt"):
+        expand(sweep)
 
 
 def test_indicator_training_resumes_exactly(tiny_base: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from mdmkit.core.config import build, option, require, to_container
 from mdmkit.core.errors import ConfigError
+from mdmkit.evaluation.resolve import checkpoint_fields
 from mdmkit.io.results import canonical
 
 
@@ -63,7 +64,7 @@ def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
         values = [v if isinstance(v, list) else [v] for v in grid.values()]
         for combination in itertools.product(*values):
             config = {**base, **dict(zip(grid, combination))}
-            build(config, where)
+            build(config, where, **{name: None for name in checkpoint_fields(config)})  # paths: checked, not loaded
             key = canonical(config)
             oracle = bool(entry.get("oracle", False)) or (key in jobs and jobs[key].oracle)
             preset = jobs[key].preset if key in jobs else str(entry["sampler"])
