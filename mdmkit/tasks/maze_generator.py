@@ -7,18 +7,17 @@ whose hard dependencies pull in a Jupyter stack, and so that every maze is repro
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
-import multiprocessing as mp
 import operator
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
-from tqdm import tqdm
+
+from mdmkit.tasks.chunks import in_chunks
 
 Cell = int  # cells numbered row * n + col
 Edge = tuple[Cell, Cell]
@@ -217,9 +216,8 @@ def _random_maze(n: int, rng: np.random.Generator, min_path_len: int) -> Maze:
     return Maze(n, edges, start, goal, tuple(path))
 
 
-def _make_chunk(job: tuple[int, int, int, int, int]) -> list[Maze]:
+def _make_chunk(start: int, stop: int, *, n: int, seed: int, min_path_len: int) -> list[Maze]:
     """Mazes start..stop-1 (module level, so 'spawn' workers can unpickle it)."""
-    n, seed, start, stop, min_path_len = job
     return [_random_maze(n, np.random.default_rng([seed, i]), min_path_len) for i in range(start, stop)]
 
 
@@ -238,21 +236,9 @@ def generate_mazes(
         raise ValueError(f"count must be >= 0, got {count}")
     if not 2 <= operator.index(min_path_len) <= n * n:
         raise ValueError(f"min_path_len must be in 2..{n * n} for a {n}x{n} maze, got {min_path_len}")
-    if operator.index(workers) < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    chunk = min(_MAX_CHUNK, max(1, count // (workers * 8)))
-    jobs = [(n, seed, start, min(start + chunk, count), min_path_len) for start in range(0, count, chunk)]
-    mazes: list[Maze] = []
-    with contextlib.ExitStack() as stack:
-        bar = stack.enter_context(tqdm(total=count, desc=f"{n}x{n} mazes", unit="maze", disable=not progress))
-        if workers > 1 and len(jobs) > 1:
-            parts = stack.enter_context(mp.get_context().Pool(min(workers, len(jobs)))).imap(_make_chunk, jobs)
-        else:
-            parts = map(_make_chunk, jobs)
-        for part in parts:
-            mazes.extend(part)
-            bar.update(len(part))
-    return mazes
+    make = partial(_make_chunk, n=n, seed=seed, min_path_len=min_path_len)
+    parts = in_chunks(make, count, workers, _MAX_CHUNK, f"{n}x{n} mazes", "maze", progress)
+    return [maze for _, _, part in parts for maze in part]
 
 
 def canonical_key(maze: Maze) -> bytes:

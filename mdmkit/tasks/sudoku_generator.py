@@ -11,13 +11,13 @@ Cells are 0..80 in row-major order; in candidate masks digit d is the bit 1 << (
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
 import operator
 from collections.abc import Iterable, Sequence
+from functools import partial
 
 import numpy as np
-from tqdm import tqdm
+
+from mdmkit.tasks.chunks import in_chunks
 
 _ALL = 0x1FF  # all nine digits
 _ROW = tuple(i // 9 for i in range(81))
@@ -248,9 +248,8 @@ def _make_puzzle(seed: int, index: int, lo: int, hi: int) -> tuple[list[int], li
     )
 
 
-def _make_chunk(job: tuple[int, int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _make_chunk(start: int, stop: int, *, seed: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Puzzles start..stop-1 as int8 arrays (module level, so 'spawn' workers can unpickle it)."""
-    seed, start, stop, lo, hi = job
     pairs = [_make_puzzle(seed, index, lo, hi) for index in range(start, stop)]
     out = np.array(pairs, dtype=np.int8).reshape(stop - start, 2, 81)
     return out[:, 0], out[:, 1]
@@ -284,21 +283,11 @@ def generate_puzzles(
         raise ValueError(f"n must be >= 0, got {n}")
     if operator.index(seed) < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    if operator.index(workers) < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    chunk = min(_MAX_CHUNK, max(1, n // (workers * 8)))
-    jobs = [(seed, start, min(start + chunk, n), lo, hi) for start in range(0, n, chunk)]
     puzzles = np.empty((n, 81), dtype=np.int8)
     solutions = np.empty((n, 81), dtype=np.int8)
-    with contextlib.ExitStack() as stack:
-        bar = stack.enter_context(tqdm(total=n, desc="sudoku puzzles", unit="puzzle", disable=not progress))
-        if workers > 1 and len(jobs) > 1:
-            pool = stack.enter_context(mp.get_context().Pool(min(workers, len(jobs))))
-            results = pool.imap(_make_chunk, jobs)
-        else:
-            results = map(_make_chunk, jobs)
-        for (_, start, stop, _, _), (part_puzzles, part_solutions) in zip(jobs, results):
-            puzzles[start:stop] = part_puzzles
-            solutions[start:stop] = part_solutions
-            bar.update(stop - start)
+    make = partial(_make_chunk, seed=seed, lo=lo, hi=hi)
+    for start, stop, (part_puzzles, part_solutions) in in_chunks(make, n, workers, _MAX_CHUNK, "sudoku puzzles",
+                                                                 "puzzle", progress):
+        puzzles[start:stop] = part_puzzles
+        solutions[start:stop] = part_solutions
     return puzzles, solutions

@@ -145,7 +145,7 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
         return summary
 
     save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary},
-              dtype=getattr(torch, cfg.get("save_dtype", "float32")))
+              dtype=getattr(torch, cfg.save_dtype))
     if cfg.evaluate_after_training and not trainer.fast_dev_run:
         network = module.network.to(resolve_device(cfg.device))
         with module.ema.swapped_in(network):
