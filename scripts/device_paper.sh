@@ -11,19 +11,12 @@
 #   device run: scripts/device_paper.sh     carry: [.whl]     timeout_s: 590      (MODELS=maze_paper scripts/...)
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 set -uo pipefail
-PYTHON=${PYTHON:-python3}; OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
+OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
 MODELS=${MODELS:-sudoku_paper maze_paper}; EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
-export PYTHON OUT MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} PYTHONUNBUFFERED=1
 started=$SECONDS
+source "$(dirname "$0")/device_env.sh" || exit 1
+export OUT MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
 mkdir -p "$OUT"
-
-if compgen -G ".whl/*.whl" > /dev/null; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || exit 1
-fi
-# an uninstalled checkout (the device image has no mdmkit): the configs' package is conf/ itself
-"$PYTHON" -c "import mdmkit.conf" 2> /dev/null || ln -sfn ../conf mdmkit/conf
-command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
     local name=$1

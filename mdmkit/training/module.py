@@ -41,6 +41,10 @@ class MDMModule(L.LightningModule):
         ema_decay = config["ema_decay"]
         require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
         self.ema = EMA(self.network, ema_decay)
+        # what training steps call: torch.compile'd with `compile` set (fixed shapes: a GPU run's kernels fuse).
+        # Set in __dict__ so that the compiled wrapper stays out of the state dict; validation, sampling and the
+        # saved model use the plain network.
+        self.__dict__["train_network"] = torch.compile(self.network) if config.get("compile") else self.network
 
     def start_from(self, network: torch.nn.Module) -> None:
         """Copy a trained network's weights in (same architecture) and restart the EMA from them."""
@@ -53,7 +57,7 @@ class MDMModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch
         generator = step_generator(self, self.global_step)
-        loss, metrics = self.objective(self.network, tokens, answer_mask, self.task.mask_id, generator)
+        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss
@@ -78,12 +82,4 @@ class MDMModule(L.LightningModule):
         self.log("val/nfe", float(result.nfe.mean()), batch_size=size, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        params = [p for p in self.network.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.optim.weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
-        total = self.trainer.max_steps if self.trainer.max_steps > 0 else 100_000
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.lr_factor(step, total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return self.optim.configure(self.network, self.trainer.max_steps)

@@ -40,6 +40,8 @@ def check_run(cfg: DictConfig) -> None:
     require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
+    compiled = cfg.get("compile", False)
+    require(isinstance(compiled, bool), f"compile={compiled} must be true or false")
     ema_decay = cfg.get("ema_decay", 0.0)
     require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
 

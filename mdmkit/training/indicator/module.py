@@ -105,14 +105,4 @@ class IndicatorModule(L.LightningModule):
         }, batch_size=size, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        params = list(self.indicator.parameters())
-        groups = [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.optim.weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
-        total = self.trainer.max_steps if self.trainer.max_steps > 0 else 100_000
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: self.optim.lr_factor(step, total)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return self.optim.configure(self.indicator, self.trainer.max_steps)
