@@ -44,6 +44,8 @@ def figure(rows: list[dict[str, Any]], title: str) -> plt.Figure:
         if points:
             ax.plot(*zip(*points), marker=marker, label="torch.compile" if compiled else "eager")
     ax.set(xscale="log", xlabel="batch size", ylabel="training examples / s", title=title)
+    ax.set_ylim(bottom=0)
+    ax.minorticks_off()
     sizes = sorted({r["batch_size"] for r in rows})
     ax.set_xticks(sizes, labels=[str(size) for size in sizes])
     ax.grid(alpha=0.3)

@@ -7,23 +7,27 @@
 # - the run's newest leg (runs/<NAME>, then runs/<NAME>/leg<K>) has checkpoints/last.ckpt: it resumes there
 #   (optimizer, EMA, step and data stream);
 # - else that leg's model.pt, or the committed checkpoints/<NAME>.pt: a warm restart from those weights (init_from:
-#   optimizer and schedule start afresh) in runs/<NAME>/leg<K+1>. A 6M-parameter last.ckpt with its Adam states
+#   optimizer and schedule start afresh) in runs/<NAME>/leg<K+1>, K the highest leg here or committed under
+#   $LEDGER/<NAME> (docs/results/runs). A 6M-parameter last.ckpt with its Adam states
 #   (~100 MB) is over what a device call brings back (16 MiB a file), so paper-scale legs chain this way;
 # - else a fresh run in runs/<NAME>.
 # It trains until trainer.max_steps or MAX_TIME ("DD:HH:MM:SS"), whichever comes first, then writes to $OUT
 # (default: runs/out): <NAME>.pt (the EMA weights, save_dtype of the run), <NAME>.tgz (config, CSV log,
 # results rows; last.ckpt too where the whole archive stays under LIMIT_MB, 16 by default: the device tool
-# brings back files of at most 16 MiB) and <NAME>.log. Unpack <NAME>.tgz into runs/ here to chain the next leg.
+# brings back files of at most 16 MiB) and <NAME>.log. Unpack <NAME>.tgz into runs/ here to chain the next leg
+# by resuming; to keep a warm-restarted leg's logs, into $LEDGER (docs/results/runs/README.md).
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n 2,16p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,18p "$0"; exit 2; }
 NAME=$1; MAX_TIME=$2; shift 2
-OUT=${OUT:-runs/out}; LIMIT_MB=${LIMIT_MB:-16}; PYTHON=${PYTHON:-python3}
+OUT=${OUT:-runs/out}; LIMIT_MB=${LIMIT_MB:-16}; PYTHON=${PYTHON:-python3}; LEDGER=${LEDGER:-docs/results/runs}
 RUN=runs/$NAME
 mkdir -p "$OUT" runs
 LOG=$OUT/$NAME.log
 
 LATEST=$(ls -d "$RUN" "$RUN"/leg* 2> /dev/null | sort -V | tail -n 1)  # the run's newest leg, if any
-LEGS=$(ls -d "$RUN"/leg* 2> /dev/null | wc -l)
+# legs are numbered on from those here and those whose logs are committed (LEDGER: docs/results/runs/README.md)
+LEGS=$(ls -d "$RUN"/leg* "$LEDGER/$NAME"/leg* 2> /dev/null | sed 's/.*leg//' | sort -n | tail -n 1)
+LEGS=${LEGS:-0}
 if [ -n "$LATEST" ] && [ -f "$LATEST/checkpoints/last.ckpt" ]; then
     DIR=$LATEST
     START=(ckpt_path="$DIR")
@@ -40,7 +44,7 @@ else
 fi
 
 "$PYTHON" "$(dirname "$0")/../train.py" "$@" "${START[@]}" "trainer.max_time='$MAX_TIME'" logger=csv \
-    "results_file=$RUN/results.jsonl" trainer.enable_progress_bar=false 2>&1 | tee -a "$LOG"
+    "results_file=$DIR/results.jsonl" trainer.enable_progress_bar=false 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 
 [ -f "$DIR/model.pt" ] && cp "$DIR/model.pt" "$OUT/$NAME.pt"

@@ -3,7 +3,10 @@
     python scripts/training_report.py outputs/sudoku_mdm/<time> --name sudoku_mdm \
         --command "python train.py experiment=sudoku_mdm"
 
-Reads the run's CSV log and the `kind: train` record that the run appended to the results file. The test
+Reads the run's CSV log and the `kind: train` record that the run appended to the results file (or to
+`results.jsonl` in the run's directory, where scripts/device_train.sh puts it). A training chained over device calls keeps its later
+legs in `<run>/leg1`, `leg2`, ...: the page joins them into one curve, their steps counted on from the leg before,
+and lists each leg. The test
 numbers come from the latest `kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt`
 (`python evaluate.py ckpt=checkpoints/<name>.pt`) when there is one, so the page states what anyone re-running
 that command on this machine gets, wherever the model was trained.
@@ -45,9 +48,48 @@ def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
-def figure(series: dict[str, list[tuple[int, float]]], title: str) -> plt.Figure:
-    """Loss (train and validation) and validation accuracy against the training step."""
+def run_legs(run_dir: Path) -> list[Path]:
+    """The run directory, then its later legs `leg1`, `leg2`, ... (scripts/device_train.sh), in order."""
+    later = [p for p in run_dir.glob("leg*") if p.is_dir() and p.name[3:].isdigit()]
+    return [run_dir, *sorted(later, key=lambda p: int(p.name[3:]))]
+
+
+def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
+    """The newest `kind: train` record of `leg`'s model.pt. Matched by the path's tail from the run's name on:
+    a leg trained on another machine recorded its path there."""
+    tail = (run_dir.resolve().name, *leg.resolve().relative_to(run_dir.resolve()).parts, "model.pt")
+    matching = [r for r in records if r.get("kind") == "train" and Path(r["checkpoint"]).parts[-len(tail):] == tail]
+    return matching[-1] if matching else None
+
+
+def joined_metrics(legs: list[tuple[Path, dict]]) -> tuple[dict[str, list[tuple[int, float]]], list[int]]:
+    """Every leg's series on one step axis (a leg's steps start where the leg before stopped) and the steps at
+    which legs 2, 3, ... began."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    offset, starts = 0, []
+    for number, (leg, record) in enumerate(legs):
+        if number:
+            starts.append(offset)
+        for key, points in read_metrics(leg).items():
+            series.setdefault(key, []).extend((offset + step, value) for step, value in points)
+        offset += record["global_step"]
+    return series, starts
+
+
+def started_from(config: dict) -> str:
+    if config.get("ckpt_path"):
+        return f"resumed `{config['ckpt_path']}`"
+    if config.get("init_from"):
+        return f"warm restart from `{config['init_from']}`"
+    return "fresh"
+
+
+def figure(series: dict[str, list[tuple[int, float]]], title: str, leg_starts: list[int]) -> plt.Figure:
+    """Loss (train and validation) and validation accuracy against the training step; dashed: a new leg."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    for ax in (ax_loss, ax_acc):
+        for number, step in enumerate(leg_starts):
+            ax.axvline(step, color="grey", linestyle="--", linewidth=0.8, label="new leg" if number == 0 else None)
     for key, label in (("train/loss", "train loss"), ("val/loss", "val loss (EMA)")):
         if key in series:
             steps, values = zip(*series[key])
@@ -64,6 +106,19 @@ def figure(series: dict[str, list[tuple[int, float]]], title: str) -> plt.Figure
     return fig
 
 
+def leg_table(legs: list[tuple[Path, dict]]) -> list[str]:
+    """Markdown lines listing the legs of a chained training (nothing for a run of one leg)."""
+    if len(legs) < 2:
+        return []
+    rows, first = [], 0
+    for number, (leg, r) in enumerate(legs, start=1):
+        rows.append([number, f"`{leg}`", started_from(r["config"]), f"{first}-{first + r['global_step']}",
+                     f"{r['train_time_s'] / 60:.1f}", r["machine"], r["time"]])
+        first += r["global_step"]
+    header = ["leg", "run directory", "started", "steps (joined)", "minutes", "machine", "finished"]
+    return [markdown_table(header, rows, align="rlllrll"), ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
@@ -74,26 +129,33 @@ def main() -> None:
     parser.add_argument("--notes", default="", help="extra markdown appended to the page")
     args = parser.parse_args()
 
-    model_path = (args.run_dir / "model.pt").resolve()  # records hold absolute paths; run_dir may be relative
-    records = [r for r in read_records(args.results_file)
-               if r.get("kind") == "train" and Path(r["checkpoint"]).resolve() == model_path]
-    if not records:
-        raise SystemExit(f"no train record for {model_path} in {args.results_file}")
-    record = records[-1]
+    records = list(read_records(args.results_file))
+    for leg in run_legs(args.run_dir):  # scripts/device_train.sh: each leg's records in its own directory
+        if (leg / "results.jsonl").is_file() and (leg / "results.jsonl").resolve() != args.results_file.resolve():
+            records += read_records(leg / "results.jsonl")
+    legs = [(leg, train_record(records, leg, args.run_dir)) for leg in run_legs(args.run_dir)]
+    missing = [str(leg / "model.pt") for leg, found in legs if found is None]
+    if missing:
+        raise SystemExit(f"no train record for {', '.join(missing)} in {args.results_file} or the legs' results.jsonl")
+    record = legs[-1][1]
     committed = f"checkpoints/{args.name}.pt"
-    evaluations = [r for r in read_records(args.results_file)
-                   if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
+    evaluations = [r for r in records if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
     tested = evaluations[-1] if evaluations else record
-    series = read_metrics(args.run_dir)
+    series, leg_starts = joined_metrics(legs)
     page = Page(args.out / args.name)
+    steps = sum(r["global_step"] for _, r in legs)
+    train_time = sum(r["train_time_s"] for _, r in legs)
+    machines = " + ".join(dict.fromkeys(r["machine"] for _, r in legs))
 
     config = record["config"]
     summary = {
         "name": args.name,
         "command": args.command,
-        "machine": record["machine"],
-        "train_time_s": record["train_time_s"],
-        "steps": record["global_step"],
+        "machine": machines,
+        "train_time_s": train_time,
+        "steps": steps,
+        "legs": [{"dir": str(leg), "steps": r["global_step"], "train_time_s": r["train_time_s"],
+                  "machine": r["machine"], "started": started_from(r["config"]), "time": r["time"]} for leg, r in legs],
         "test_accuracy": tested["accuracy"],
         "test_examples": tested["n"],
         "nfe_mean": tested["nfe_mean"],
@@ -113,22 +175,23 @@ def main() -> None:
          f"**{tested['accuracy']:.1%}** on {tested['n']} held-out examples"],
         ["NFE per sample",
          f"mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']}"],
-        ["training", (f"{record['global_step']} steps, batch {config['data']['batch_size']}, "
-                      f"{record['train_time_s'] / 60:.1f} min on {record['machine']}")],
+        ["training", (f"{steps} steps, batch {config['data']['batch_size']}, {train_time / 60:.1f} min on {machines}"
+                      + (f", in {len(legs)} legs" if len(legs) > 1 else ""))],
         ["model", f"{model['n_layers']} layers, d_model {model['d_model']}, {model['positions']} positions"],
         ["task", f"`{json.dumps(task)}`"],
     ]
     numbers = page.name(".json")
     markdown = [
         f"# {args.name}", "",
-        f"Trained by `{args.command}` on {record['machine']} ({record['time']}); tested on {tested['machine']}.",
+        f"Trained by `{args.command}` on {machines} ({record['time']}); tested on {tested['machine']}.",
         "", markdown_table(["", ""], facts), "",
+        *leg_table(legs),
         f"![training curve]({page.name('.png')})", "",
         f"Numbers: [`{numbers}`]({numbers}). Evaluate the committed checkpoint again with",
         f"`python evaluate.py ckpt=checkpoints/{args.name}.pt`.",
         args.notes,
     ]
-    written = page.write(figure=figure(series, args.name), data=summary, markdown=markdown)
+    written = page.write(figure=figure(series, args.name, leg_starts), data=summary, markdown=markdown)
     print("wrote " + ", ".join(map(str, written)))
 
 

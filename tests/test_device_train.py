@@ -53,6 +53,11 @@ def test_legs_resume_from_what_comes_back_or_warm_restart_from_the_model(tmp_pat
     assert steps_trained(tmp_path / "out3" / "tiny.pt") == 2
     with tarfile.open(tmp_path / "out3" / "tiny.tgz") as archive:
         assert not [name for name in archive.getnames() if name.endswith(".ckpt")]
+    fourth = tmp_path / "call4"  # a bare machine again: the committed logs of leg 1 number the next leg
+    (fourth / "checkpoints").mkdir(parents=True)
+    shutil.copy(tmp_path / "out3" / "tiny.pt", fourth / "checkpoints" / "tiny.pt")
+    shutil.unpack_archive(tmp_path / "out3" / "tiny.tgz", fourth / "docs" / "results" / "runs")
+    assert "warm restart from checkpoints/tiny.pt into runs/tiny/leg2" in leg(fourth, tmp_path / "out4", steps=2)
     started = torch.load(third / "checkpoints" / "tiny.pt", weights_only=False)
     assert started["config"]["model"] == torch.load(tmp_path / "out3" / "tiny.pt", weights_only=False)["config"]["model"]
 

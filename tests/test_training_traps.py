@@ -4,6 +4,7 @@ Lightning to import, promotional lines on every job."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -30,6 +31,28 @@ def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypa
     assert (tmp_path / "pages/tiny.md").is_file()
 
 
+def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/device_train.sh's layout: run/ then run/leg1 (warm restart), each leg's records in its directory."""
+    run = tmp_path / "sudoku_run"
+    for leg, extra in ((run, []), (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=4"])):
+        run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.val_check_interval=2",
+                                              "trainer.log_every_n_steps=1", "eval_limit=4",
+                                              f"results_file={leg}/results.jsonl", *extra]), leg)
+    spec = importlib.util.spec_from_file_location("training_report", ROOT / "scripts/training_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    monkeypatch.setattr(sys, "argv", ["training_report.py", str(run), "--name", "chained", "--command", "legs",
+                                      "--results-file", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+    report.main()
+    data = json.loads((tmp_path / "chained.json").read_text())
+    assert data["steps"] == 2 + 4 and [leg["steps"] for leg in data["legs"]] == [2, 4]
+    assert data["legs"][0]["started"] == "fresh" and data["legs"][1]["started"].startswith("warm restart from")
+    first, second = ([step for step, _ in report.read_metrics(leg)["val/accuracy"]] for leg in (run, run / "leg1"))
+    assert len(second) == 2 and [step for step, _ in data["val_accuracy"]] == first + [2 + s for s in second]
+    page = (tmp_path / "chained.md").read_text()
+    assert "6 steps" in page and "in 2 legs" in page and "| 2 | `" in page
+
+
 def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"trainer: max_steps=0 must be an integer >= 1"):
         run_training(compose_config("train", [*FAST, "trainer.max_steps=0"]), tmp_path)
@@ -42,6 +65,7 @@ def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     ("optim.lr=0", "optim: lr=0 must be > 0"),
     ("sampler.k=0", "sampler: k=0 must be >= 1"),
     ("save_dtype=float16", "save_dtype=float16 must be one of float32, bfloat16"),
+    ("compile=maybe", "compile=maybe must be true or false"),
 ])
 def test_range_errors_stop_before_lightning_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         override: str, message: str) -> None:
