@@ -4,12 +4,12 @@
         --command "python train.py experiment=sudoku_mdm"
 
 Reads the run's CSV log and the `kind: train` record that the run appended to the results file (or to
-`results.jsonl` in the run's directory, where scripts/device_train.sh puts it). A training chained over device calls keeps its later
-legs in `<run>/leg1`, `leg2`, ...: the page joins them into one curve, their steps counted on from the leg before,
-and lists each leg. The test
-numbers come from the latest `kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt`
-(`python evaluate.py ckpt=checkpoints/<name>.pt`) when there is one, so the page states what anyone re-running
-that command on this machine gets, wherever the model was trained.
+`results.jsonl` in the run's directory, where scripts/device_train.sh puts it). A training chained over device
+calls keeps its later legs in `<run>/leg1`, `leg2`, ... (docs/results/runs/): the page joins them into one curve,
+each leg's steps counted on from the leg before, and lists the legs. The test numbers come from the latest
+`kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt` (`python evaluate.py
+ckpt=checkpoints/<name>.pt`) when there is one, so the page states what anyone re-running that command on this
+machine gets, wherever the model was trained.
 """
 
 from __future__ import annotations
