@@ -41,10 +41,20 @@ class MDMModule(L.LightningModule):
         ema_decay = config["ema_decay"]
         require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
         self.ema = EMA(self.network, ema_decay)
-        # what training steps call: torch.compile'd with `compile` set (fixed shapes: a GPU run's kernels fuse).
-        # Set in __dict__ so that the compiled wrapper stays out of the state dict; validation, sampling and the
-        # saved model use the plain network.
-        self.__dict__["train_network"] = torch.compile(self.network) if config.get("compile") else self.network
+        self.__dict__["_compiled"] = (None, None)  # (network, its compiled wrapper): kept out of the state dict
+
+    @property
+    def train_network(self) -> torch.nn.Module:
+        """What training steps call: the network, torch.compile'd with `compile` set (fixed shapes, so a GPU's
+        kernels fuse). Compiled on first use, and again if a strategy has wrapped the network since; validation,
+        sampling and the saved model use the plain network."""
+        if not self.config.get("compile"):
+            return self.network
+        network, compiled = self.__dict__["_compiled"]
+        if network is not self.network:
+            compiled = torch.compile(self.network)
+            self.__dict__["_compiled"] = (self.network, compiled)
+        return compiled
 
     def start_from(self, network: torch.nn.Module) -> None:
         """Copy a trained network's weights in (same architecture) and restart the EMA from them."""
