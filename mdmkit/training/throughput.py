@@ -70,7 +70,9 @@ def time_training_steps(config: dict[str, Any], pool: Split, batch_size: int, de
 
     def step(number: int) -> None:
         index = torch.randint(len(pool), (batch_size,), generator=draws)
-        tokens, answer_mask = pool.tokens[index].to(device), pool.answer_mask[index].to(device)
+        # non-blocking, as Lightning moves a batch to a GPU
+        tokens, answer_mask = (pool.tokens[index].to(device, non_blocking=True),
+                               pool.answer_mask[index].to(device, non_blocking=True))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss, _ = module.objective(module.train_network, tokens, answer_mask, module.task.mask_id, noise)
         loss.backward()
