@@ -1,15 +1,15 @@
 """Training throughput of a run's config, eager against torch.compile'd, over batch sizes, side by side in one run.
 
-    python scripts/bench_train_step.py experiment=sudoku_paper --device cuda --batch-sizes 512 1024 2048 \
-        --out docs/results/train_step_sudoku_paper_gpu
+    python scripts/bench_train_step.py experiment=sudoku_paper --device cuda --batch-sizes 512 1024 \
+        --compile off on reduce-overhead --out docs/results/train_step_sudoku_paper_gpu
     python scripts/bench_train_step.py experiment=sudoku_paper --device cpu --batch-sizes 32 64 --seconds 20 \
         --out docs/results/train_step_sudoku_paper_cpu
 
 A device call is a fixed length of time, so steps per second decide how far a paper-scale leg trains (issue 20).
-Every (batch size, compiled) pair is timed in this one process on the test split's examples (the content does not
-change the arithmetic) with `mdmkit.training.throughput`; the page gives each rate and its ratio to eager at the
-same batch size. Positional arguments are train.py overrides; precision follows the config's trainer (bf16 autocast
-for bf16-mixed, on a GPU only).
+Every (batch size, `compile` setting) pair is timed in this one process on the test split's examples (the content
+does not change the arithmetic) with `mdmkit.training.throughput`; the page gives each rate and its ratio to eager
+at the same batch size. Positional arguments are train.py overrides; precision follows the config's trainer (bf16
+autocast for bf16-mixed, on a GPU only).
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
 from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.io.checkpoint import build_task
+from mdmkit.training.preflight import COMPILE_MODES
 from mdmkit.training.throughput import time_training_steps
+
+_SETTINGS = {"off": False, "on": True}  # --compile values; any other is a torch.compile mode
+_LABELS = {"off": "eager", "on": "torch.compile"}
 
 
 def run_config(overrides: list[str]) -> dict[str, Any]:
@@ -39,10 +43,9 @@ def run_config(overrides: list[str]) -> dict[str, Any]:
 
 def figure(rows: list[dict[str, Any]], title: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for compiled, marker in ((False, "o"), (True, "s")):
-        points = sorted((r["batch_size"], r["examples_per_s"]) for r in rows if r["compiled"] == compiled)
-        if points:
-            ax.plot(*zip(*points), marker=marker, label="torch.compile" if compiled else "eager")
+    for setting in dict.fromkeys(r["compile"] for r in rows):
+        points = sorted((r["batch_size"], r["examples_per_s"]) for r in rows if r["compile"] == setting)
+        ax.plot(*zip(*points), marker="o", label=_LABELS.get(setting, f"torch.compile({setting})"))
     ax.set(xscale="log", xlabel="batch size", ylabel="training examples / s", title=title)
     ax.set_ylim(bottom=0)
     ax.minorticks_off()
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. experiment=sudoku_paper")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default: the config's")
-    parser.add_argument("--compile", choices=("off", "on", "both"), default="both")
+    parser.add_argument("--compile", nargs="+", default=["off", "on"], choices=["off", "on", *COMPILE_MODES[1:]],
+                        help="settings of train.py's `compile` to time: off, on, or a torch.compile mode")
     parser.add_argument("--seconds", type=float, default=15.0, help="timed seconds per setting (after warm-up)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, required=True, help="page prefix, e.g. docs/results/train_step_gpu")
@@ -69,23 +73,23 @@ def main(argv: list[str] | None = None) -> None:
     bf16 = device.type == "cuda" and str(config["trainer"].get("precision")).startswith("bf16")
     pool = build_task(config).load_test()
     batch_sizes = args.batch_sizes or [config["data"]["batch_size"]]
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.compile]
     rows = []
     for batch_size in batch_sizes:
-        for compiled in modes:
+        for setting in args.compile:
+            compiled = _SETTINGS.get(setting, setting)
             rate = time_training_steps({**config, "compile": compiled}, pool, batch_size, device, bf16, args.seconds)
-            rows.append(rate.row())
-            print(f"batch {batch_size:5d} {'compiled' if compiled else 'eager   '}: {rate.steps_per_s:7.2f} steps/s, "
+            rows.append({"compile": setting, **rate.row()})
+            print(f"batch {batch_size:5d} compile {setting:>15}: {rate.steps_per_s:7.2f} steps/s, "
                   f"{rate.examples_per_s:9.0f} examples/s, first step {rate.first_step_s:5.1f} s", flush=True)
     for row in rows:
-        eager = next((r for r in rows if r["batch_size"] == row["batch_size"] and not r["compiled"]), None)
+        eager = next((r for r in rows if r["batch_size"] == row["batch_size"] and r["compile"] == "off"), None)
         row["vs_eager"] = row["examples_per_s"] / eager["examples_per_s"] if eager else None
 
     command = command_line(__file__, sys.argv[1:] if argv is None else argv)
     name = config["run_name"]
     table = markdown_table(
-        ["batch", "compiled", "steps/s", "examples/s", "vs eager", "model TFLOP/s", "first step (s)", "peak GiB"],
-        [[r["batch_size"], "yes" if r["compiled"] else "no", f"{r['steps_per_s']:.2f}", f"{r['examples_per_s']:.0f}",
+        ["batch", "compile", "steps/s", "examples/s", "vs eager", "model TFLOP/s", "first step (s)", "peak GiB"],
+        [[r["batch_size"], r["compile"], f"{r['steps_per_s']:.2f}", f"{r['examples_per_s']:.0f}",
           "" if r["vs_eager"] is None else f"{r['vs_eager']:.2f}x", f"{r['model_tflops']:.1f}",
           f"{r['first_step_s']:.1f}", "" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.1f}"]
          for r in rows], align="rlrrrrrr")

@@ -65,7 +65,7 @@ def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     ("optim.lr=0", "optim: lr=0 must be > 0"),
     ("sampler.k=0", "sampler: k=0 must be >= 1"),
     ("save_dtype=float16", "save_dtype=float16 must be one of float32, bfloat16"),
-    ("compile=maybe", "compile=maybe must be true or false"),
+    ("compile=maybe", "compile=maybe must be true, false or a torch.compile mode (default, reduce-overhead"),
 ])
 def test_range_errors_stop_before_lightning_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         override: str, message: str) -> None:

@@ -45,14 +45,16 @@ class MDMModule(L.LightningModule):
 
     @property
     def train_network(self) -> torch.nn.Module:
-        """What training steps call: the network, torch.compile'd with `compile` set (fixed shapes, so a GPU's
-        kernels fuse). Compiled on first use, and again if a strategy has wrapped the network since; validation,
-        sampling and the saved model use the plain network."""
-        if not self.config.get("compile"):
+        """What training steps call: the network, torch.compile'd with `compile` set (true, or a torch.compile mode
+        such as reduce-overhead: CUDA graphs). Shapes are fixed, so a GPU's kernels fuse. Compiled on first use, and
+        again if a strategy has wrapped the network since; validation, sampling and the saved model use the plain
+        network."""
+        mode = self.config.get("compile")
+        if not mode:
             return self.network
         network, compiled = self.__dict__["_compiled"]
         if network is not self.network:
-            compiled = torch.compile(self.network)
+            compiled = torch.compile(self.network, mode=None if mode is True else mode)
             self.__dict__["_compiled"] = (self.network, compiled)
         return compiled
 

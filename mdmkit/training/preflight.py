@@ -17,6 +17,7 @@ from mdmkit.core.errors import CheckpointError
 # configs name the optimizer settings where they used to live, next to the Lightning module
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -41,7 +42,8 @@ def check_run(cfg: DictConfig) -> None:
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
-    require(isinstance(compiled, bool), f"compile={compiled} must be true or false")
+    require(isinstance(compiled, bool) or compiled in COMPILE_MODES,
+            f"compile={compiled} must be true, false or a torch.compile mode ({', '.join(COMPILE_MODES)})")
     ema_decay = cfg.get("ema_decay", 0.0)
     require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
 
