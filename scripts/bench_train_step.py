@@ -23,6 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import torch
 from hydra import compose, initialize_config_module
 
 from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
@@ -73,14 +74,25 @@ def main(argv: list[str] | None = None) -> None:
     bf16 = device.type == "cuda" and str(config["trainer"].get("precision")).startswith("bf16")
     pool = build_task(config).load_test()
     batch_sizes = args.batch_sizes or [config["data"]["batch_size"]]
-    rows = []
+    rows, failed = [], []
     for batch_size in batch_sizes:
         for setting in args.compile:
             compiled = _SETTINGS.get(setting, setting)
-            rate = time_training_steps({**config, "compile": compiled}, pool, batch_size, device, bf16, args.seconds)
+            try:
+                rate = time_training_steps({**config, "compile": compiled}, pool, batch_size, device, bf16,
+                                           args.seconds)
+            except Exception as error:  # noqa: BLE001 -- out of memory, a compile this torch cannot do: the rest run
+                reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+                failed.append({"batch_size": batch_size, "compile": setting, "error": reason})
+                print(f"batch {batch_size:5d} compile {setting:>15}: failed ({reason})", flush=True)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
             rows.append({"compile": setting, **rate.row()})
             print(f"batch {batch_size:5d} compile {setting:>15}: {rate.steps_per_s:7.2f} steps/s, "
                   f"{rate.examples_per_s:9.0f} examples/s, first step {rate.first_step_s:5.1f} s", flush=True)
+    if not rows:
+        raise SystemExit(f"every setting failed; first: {failed[0]['error']}")
     for row in rows:
         eager = next((r for r in rows if r["batch_size"] == row["batch_size"] and r["compile"] == "off"), None)
         row["vs_eager"] = row["examples_per_s"] / eager["examples_per_s"] if eager else None
@@ -102,11 +114,14 @@ def main(argv: list[str] | None = None) -> None:
          "steps (mdmkit/training/throughput.py: the training step without Lightning's loop). Model TFLOP/s is "
          "6 x parameters x tokens per second."), "",
         table, "",
+        *[f"- batch {f['batch_size']}, compile {f['compile']}: failed, `{f['error']}`" for f in failed],
+        *([""] if failed else []),
         f"![examples per second]({Page(args.out).name('.png')})", "",
         f"Made {meta['date']} at commit {meta['git_commit']}.",
     ]
     written = Page(args.out).write(markdown=markdown, figure=figure(rows, f"{name}: {meta['machine']}"),
-                                   data={"command": command, "config": name, **meta, "rows": rows})
+                                   data={"command": command, "config": name, **meta, "rows": rows,
+                                         "failed": failed})
     print("wrote " + ", ".join(map(str, written)))
 
 

@@ -81,3 +81,26 @@ def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
     assert all(r["vs_eager"] == 1.0 and r["steps"] >= 10 for r in data["rows"])
     page = out.with_suffix(".md").read_text()
     assert "| 4 | off |" in page and "bench_train_step.py" in page and out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_setting_that_fails_is_recorded_and_the_others_still_run(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("bench_train_step", ROOT / "scripts/bench_train_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    timed = bench.time_training_steps
+
+    def compiled_runs_out_of_memory(config: dict, *args: object, **kwargs: object) -> object:
+        if config["compile"]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return timed(config, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "time_training_steps", compiled_runs_out_of_memory)
+    out = tmp_path / "page"
+    bench.main([*TINY, "--device", "cpu", "--batch-sizes", "2", "--compile", "off", "on", "--seconds", "0.05",
+                "--out", str(out)])
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert [r["compile"] for r in data["rows"]] == ["off"]
+    assert data["failed"] == [{"batch_size": 2, "compile": "on",
+                               "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}]
+    assert "compile on: failed, `OutOfMemoryError: CUDA out of memory" in out.with_suffix(".md").read_text()
