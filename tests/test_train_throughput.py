@@ -77,7 +77,8 @@ def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
     bench.main([*TINY, "--device", "cpu", "--batch-sizes", "2", "4", "--compile", "off", "--seconds", "0.05",
                 "--out", str(out)])
     data = json.loads(out.with_suffix(".json").read_text())
-    assert [(r["batch_size"], r["compile"], r["compiled"]) for r in data["rows"]] == [(2, "off", False), (4, "off", False)]
+    settings = [(r["batch_size"], r["compile"], r["compiled"]) for r in data["rows"]]
+    assert settings == [(2, "off", False), (4, "off", False)]
     assert all(r["vs_eager"] == 1.0 and r["steps"] >= 10 for r in data["rows"])
     page = out.with_suffix(".md").read_text()
     assert "| 4 | off |" in page and "bench_train_step.py" in page and out.with_suffix(".png").stat().st_size > 0
