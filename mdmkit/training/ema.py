@@ -33,7 +33,7 @@ class EMA(nn.Module):
         decay = min(self.decay, (1 + step) / (10 + step))
         named = list(network.named_parameters())
         shadows = [self.shadow[self._key(name)] for name, _ in named]
-        # one fused call rather than a kernel launch per tensor: on a GPU a small model's step is launch-bound
+        # one fused call rather than a kernel launch per tensor: a small model's GPU step is many small kernels
         torch._foreach_lerp_(shadows, [param.detach() for _, param in named], 1.0 - decay)
 
     @contextmanager
