@@ -129,11 +129,12 @@ def main() -> None:
     parser.add_argument("--notes", default="", help="extra markdown appended to the page")
     args = parser.parse_args()
 
+    leg_dirs = run_legs(args.run_dir)
     records = list(read_records(args.results_file))
-    for leg in run_legs(args.run_dir):  # scripts/device_train.sh: each leg's records in its own directory
-        if (leg / "results.jsonl").is_file() and (leg / "results.jsonl").resolve() != args.results_file.resolve():
-            records += read_records(leg / "results.jsonl")
-    legs = [(leg, train_record(records, leg, args.run_dir)) for leg in run_legs(args.run_dir)]
+    for leg in leg_dirs:  # scripts/device_train.sh: each leg's records in its own directory
+        if (leg / "results.jsonl").resolve() != args.results_file.resolve():
+            records += read_records(leg / "results.jsonl")  # nothing where the file is absent
+    legs = [(leg, train_record(records, leg, args.run_dir)) for leg in leg_dirs]
     missing = [str(leg / "model.pt") for leg, found in legs if found is None]
     if missing:
         raise SystemExit(f"no train record for {', '.join(missing)} in {args.results_file} or the legs' results.jsonl")
