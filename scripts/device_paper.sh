@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 20 in one 10-minute device call: the paper-scale models in MODELS (default both, side by side on one GPU:
 # each then gets about half its solo rate, docs/results/notes/paper_device_legs.md) train with
-# scripts/device_train.sh until TRAIN_TIME, each continuing from checkpoints/<name>.pt where that exists, then
+# scripts/device_train.sh until TRAIN_TIME, each continuing from checkpoints/<name>.pt where that exists, with a
+# learning-rate decay that ends at TRAIN_TIME (optim.anneal_by=max_time: each leg stops annealed), then
 # sweep their fronts on the GPU until the call's DEADLINE (seconds from the start). Everything lands in $OUT:
 # <name>.pt, <name>.tgz, <name>.log and the sweep rows <name>_fronts.jsonl (a sweep cut short resumes where it
 # stopped: evaluate.py skips rows it has).
@@ -21,7 +22,8 @@ mkdir -p "$OUT"
 leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
     local name=$1
     # shellcheck disable=SC2086
-    scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" $EXTRA > /dev/null
+    scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" trainer.max_steps=100000 \
+        optim.anneal_by=max_time $EXTRA > /dev/null
     [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
     mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt"
     local left=$((DEADLINE - (SECONDS - started)))

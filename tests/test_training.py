@@ -79,6 +79,34 @@ def test_resume_continues_exactly_the_same_run(tmp_path: Path) -> None:
         assert torch.equal(expected[name], actual[name]), name  # network, EMA and optimizer state alike
 
 
+TIME_BOXED = ["trainer.max_steps=100000", "trainer.max_time='00:00:00:02'", "trainer.val_check_interval=100000",
+              "evaluate_after_training=false", "optim.warmup_steps=5"]
+
+
+def test_a_resumed_run_gets_its_time_limit_afresh(tmp_path: Path) -> None:
+    """trainer.max_time limits each call: Lightning's timer carried the first call's time into the resumed one,
+    which then stopped before its first step (a chain of time-boxed device calls never went on)."""
+    first = train(tmp_path / "first", *TIME_BOXED)["global_step"]
+    second = train(tmp_path / "second", *TIME_BOXED, f"ckpt_path={tmp_path}/first/checkpoints/last.ckpt")
+    assert 0 < first < second["global_step"]
+
+
+def _last_lr(run: Path) -> list[float]:
+    state = torch.load(run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    return [group["lr"] for group in state["optimizer_states"][0]["param_groups"]]
+
+
+@pytest.mark.parametrize("anneal_by", ["max_steps", "max_time"])
+def test_anneal_by_max_time_ends_the_decay_with_the_time_limit(tmp_path: Path, anneal_by: str) -> None:
+    summary = train(tmp_path, *TIME_BOXED, f"optim.anneal_by={anneal_by}")
+    assert summary["global_step"] < 50_000  # stopped by the time limit, far from max_steps
+    for lr in _last_lr(tmp_path):  # lr 1e-3; min_lr_ratio 0.1
+        if anneal_by == "max_time":
+            assert 1e-4 <= lr < 1.1e-4  # the cosine at (nearly) its end when the time ran out
+        else:
+            assert lr > 0.99e-3  # the step count's cosine has barely begun
+
+
 def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> None:
     train(tmp_path, "evaluate_after_training=false")
     results = tmp_path / "eval.jsonl"

@@ -89,3 +89,15 @@ def test_a_job_prints_no_adverts_and_one_wandb_line(tmp_path: Path, monkeypatch:
         assert advert not in printed, advert
     wandb_lines = [line for line in printed.splitlines() if line.startswith("wandb:")]
     assert len(wandb_lines) == 1 and "upload: wandb sync" in wandb_lines[0]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("trainer.max_time=90", r"trainer: max_time=90 must be \"DD:HH:MM:SS\""),
+    ("trainer.max_time='9:30'", r"trainer: max_time=9:30 must be \"DD:HH:MM:SS\""),
+    ("optim.anneal_by=max_time", r"optim.anneal_by=max_time needs trainer.max_time"),
+    ("optim.anneal_by=time", r"optim: anneal_by=time must be one of max_steps, max_time"),
+])
+def test_time_limit_and_anneal_by_mistakes_stop_before_training(tmp_path: Path, override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_training(compose_config("train", [*FAST, override]), tmp_path)
+    assert not (tmp_path / "checkpoints").exists()

@@ -10,16 +10,23 @@ import torch
 
 from mdmkit.core.config import Validated, require
 
+ANNEAL_BY = ("max_steps", "max_time")  # what ends the cosine decay (OptimConfig.anneal_by)
+
 
 @dataclass
 class OptimConfig(Validated):
-    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr` at the last step."""
+    """AdamW with linear warm-up then cosine decay to `min_lr_ratio * lr` at the last step.
+
+    `anneal_by="max_time"` ends the decay by `trainer.max_time` where that comes before `trainer.max_steps`: a
+    time-boxed leg (a device call) then stops annealed instead of at a learning rate still near its peak.
+    """
 
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.98)
     warmup_steps: int = 500
     min_lr_ratio: float = 0.1
+    anneal_by: str = "max_steps"
 
     def validate(self) -> None:
         require(self.lr > 0, f"lr={self.lr} must be > 0")
@@ -27,6 +34,7 @@ class OptimConfig(Validated):
         require(all(0 <= b < 1 for b in self.betas), f"betas={self.betas} must lie in [0, 1)")
         require(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps} must be >= 0")
         require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
+        require(self.anneal_by in ANNEAL_BY, f"anneal_by={self.anneal_by} must be one of {', '.join(ANNEAL_BY)}")
 
     def adamw(self, network: torch.nn.Module) -> torch.optim.AdamW:
         """AdamW over the trainable parameters; weight decay on matrices only (not biases, norms)."""
@@ -41,12 +49,22 @@ class OptimConfig(Validated):
         """AdamW and its per-step schedule over `max_steps` (a 100k-step one if <= 0), as a LightningModule's
         `configure_optimizers` returns them."""
         optimizer = self.adamw(network)
-        total = max_steps if max_steps > 0 else 100_000
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.lr_factor(step, total))
+        schedule = WarmupCosine(optimizer, self, max_steps if max_steps > 0 else 100_000)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    def lr_factor(self, step: int, total_steps: int) -> float:
+    def lr_factor(self, step: int, total_steps: int, time_spent: float = 0.0) -> float:
+        """The learning rate over `lr` at `step`; past the warm-up the cosine stands at whichever is further on,
+        the steps or the fraction `time_spent` of a time budget."""
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
-        progress = min(1.0, (step - self.warmup_steps) / max(1, total_steps - self.warmup_steps))
+        progress = min(1.0, max((step - self.warmup_steps) / max(1, total_steps - self.warmup_steps), time_spent))
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class WarmupCosine(torch.optim.lr_scheduler.LambdaLR):
+    """`OptimConfig`'s schedule, step by step. `time_spent` (0 to 1) is set from outside while training against a
+    time budget (`anneal_by="max_time"`: mdmkit.training.callbacks.AnnealByTime); it stays 0 otherwise."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int) -> None:
+        self.time_spent = 0.0
+        super().__init__(optimizer, lambda step: config.lr_factor(step, total_steps, self.time_spent))

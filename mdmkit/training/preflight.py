@@ -6,6 +6,7 @@ model spec, objective, optimizer, samplers), which imports torch but still not L
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from mdmkit.core.errors import CheckpointError
 # configs name the optimizer settings where they used to live, next to the Lightning module
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
+_DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning reads it
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
@@ -34,6 +36,13 @@ def check_run(cfg: DictConfig) -> None:
         require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1,
                 f"trainer: max_steps={steps} must be an integer >= 1 (the steps to train, and the length of the "
                 "learning-rate schedule)")
+    max_time = trainer.get("max_time")
+    require(max_time is None or isinstance(max_time, (dict, DictConfig))
+            or (isinstance(max_time, str) and _DURATION.fullmatch(max_time.strip()) is not None),
+            f"trainer: max_time={max_time} must be \"DD:HH:MM:SS\" (e.g. '00:00:09:30') or a dict of timedelta units")
+    anneal_by = (cfg.get("optim") or {}).get("anneal_by")
+    require(anneal_by != "max_time" or max_time is not None,
+            "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
     every = cfg.get("checkpoint_every")
     require(every is None or (isinstance(every, int) and every >= 1), f"checkpoint_every={every} must be >= 1")
     data = cfg.data

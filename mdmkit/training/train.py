@@ -10,7 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
@@ -29,7 +29,7 @@ from mdmkit.io.checkpoint import (
     shape_mismatch,
 )
 from mdmkit.io.results import append_record
-from mdmkit.training.callbacks import LogAtGlobalStep, progress_bar
+from mdmkit.training.callbacks import AnnealByTime, CallTimer, LogAtGlobalStep, progress_bar
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import check_run
@@ -96,6 +96,16 @@ def start_from(module: MDMModule, path: str) -> None:
         raise architecture_error("init_from", path, trained.config, module.config, lines[-1]) from None
 
 
+def _time_limit(cfg: DictConfig) -> list[Callback]:
+    """`trainer.max_time` as a limit on this call (a resumed run gets it afresh), and the decay it may end."""
+    max_time = cfg.trainer.get("max_time")
+    if max_time is None:
+        return []
+    timer = CallTimer(duration=to_container(max_time) if isinstance(max_time, DictConfig) else max_time)
+    anneal = (cfg.get("optim") or {}).get("anneal_by") == "max_time"
+    return [timer, AnnealByTime(timer)] if anneal else [timer]
+
+
 def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
         banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
     """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
@@ -116,8 +126,9 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(progress_bar())
     try:
+        callbacks += _time_limit(cfg)
         trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir), callbacks=callbacks,
-                        default_root_dir=str(output_dir))
+                        default_root_dir=str(output_dir), max_time=None)
         print(f"{banner} | output: {output_dir}")
         started = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
