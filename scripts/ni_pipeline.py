@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from omegaconf import OmegaConf, open_dict
 
 from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.devices import resolve_device
+from mdmkit.core.errors import MdmkitError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.indicator import load_indicator
@@ -124,18 +126,22 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
             "measured_share": pass_ / forward, "parameter_share": num_parameters(scorer.indicator) / num_parameters(network)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.indicator is not None:
-        base = load_indicator(args.indicator).extra.get("base_checkpoint")
-        indicator, checkpoint = args.indicator, args.checkpoint or base
-    else:
-        indicator, checkpoint = train(args)
-    rows = evaluate(args, indicator, checkpoint)
-    cost = measure_cost(args, indicator, checkpoint)
+    try:
+        if args.indicator is not None:
+            base = load_indicator(args.indicator).extra.get("base_checkpoint")
+            indicator, checkpoint = args.indicator, args.checkpoint or base
+        else:
+            indicator, checkpoint = train(args)
+        rows = evaluate(args, indicator, checkpoint)
+        cost = measure_cost(args, indicator, checkpoint)
+    except MdmkitError as error:
+        print(f"ni_pipeline.py: error: {error}", file=sys.stderr)
+        return 2
     print(runs_table(rows, cost=True))
     print(f"indicator cost per pass: {cost['measured_share']:.3f} of a base forward measured "
           f"({cost['indicator_s'] * 1e3:.2f} vs {cost['forward_s'] * 1e3:.2f} ms at batch {cost['batch']}), "
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
                "rows": [{key: row.get(key) for key in keep} for row in rows]}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"summary: {args.out / 'summary.json'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

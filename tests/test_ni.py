@@ -416,3 +416,11 @@ def test_indicator_training_resumes_exactly(tiny_base: Path, tmp_path: Path) -> 
     weights = load_indicator(tmp_path / "resumed" / "indicator.pt").indicator.state_dict()
     for name, weight in straight.items():
         assert torch.equal(weight, weights[name]), name
+
+
+def test_too_few_trajectories_for_validation_stop_before_any_is_recorded(tiny_base: Path, tmp_path: Path) -> None:
+    """It used to fail only once the trajectories were recorded: minutes to hours on a paper-scale model."""
+    with pytest.raises(ConfigError, match="data.val_examples=24 leaves no training trajectories of "
+                                          "trajectories.n_examples=24"):
+        train_indicator(tiny_base, tmp_path / "run", "data.val_examples=24")
+    assert not (tmp_path / "trajectories").exists()

@@ -28,6 +28,9 @@ class TrajectoryDataModule(L.LightningDataModule):
         self.config, self.task = config, task
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
+        require(config.n_examples > val_examples,  # checked before any trajectory is recorded
+                f"data.val_examples={val_examples} leaves no training trajectories of "
+                f"trajectories.n_examples={config.n_examples}")
         self.train_data: Trajectories | None = None
         self.val_data: Trajectories | None = None
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# NI on a paper-scale model in one device call (issue 20): scripts/ni_pipeline.py with experiment=<NAME>_indicator
+# on the GPU: the indicator trained on NAME's own full-step trajectories over its training split, then NI against
+# threshold and full step with its oracle floor on the test split. Recording 20k trajectories of a 6M model takes
+# hours on 2 CPU cores, minutes on a GPU. Best run on the machine that just trained NAME (then
+# checkpoints/<NAME>.pt is the new model and its training split is cached in runs/cache/).
+#   device run: scripts/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
+# Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log. NI_ARGS (ni_pipeline.py
+# options, e.g. "--limit 200") and EXTRA (overrides of the indicator's training) make a small dry run on a CPU
+# with DEVICE=cpu.
+set -uo pipefail
+[ $# -eq 1 ] || { sed -n 2,10p "$0"; exit 2; }
+NAME=$1
+OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
+source "$(dirname "$0")/device_env.sh" || exit 1
+export MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
+WORK=${WORK:-runs/ni_$NAME}; DEST=$OUT/ni_$NAME  # WORK: the pipeline's own output (checkpoints, logs)
+rm -rf "$WORK"; mkdir -p "$DEST"
+accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu
+# shellcheck disable=SC2086
+"$PYTHON" scripts/ni_pipeline.py --experiment "${NAME}_indicator" --out "$WORK" --device "$DEVICE" \
+    --batch-size 1000 --taus 0.9 0.95 0.99 $NI_ARGS -- "trainer.accelerator=$accelerator" logger=csv \
+    trainer.enable_progress_bar=false $EXTRA 2>&1 | tee "$DEST/ni.log"
+status=${PIPESTATUS[0]}
+for file in indicator.pt results.jsonl summary.json pareto.png; do
+    [ -f "$WORK/$file" ] && cp "$WORK/$file" "$DEST/"
+done
+exit "$status"

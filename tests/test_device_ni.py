@@ -1,0 +1,36 @@
+"""scripts/device_ni.sh: NI for a trained model in one device call, dry-run on a CPU with tiny settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "device_ni.sh"
+
+
+def test_one_call_brings_back_the_indicator_and_the_ni_rows(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    environment = {
+        **os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable, "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path),
+        "NI_ARGS": "--limit 4 --batch-size 4 --epsilons 0.9",
+        "EXTRA": "task.n_train=300 task.n_val=40 task.n_test=40 task.workers=1 trajectories.n_examples=16 "
+                 "trajectories.shard_size=16 trajectories.progress=false data.val_examples=8 trainer.max_steps=3 "
+                 "trainer.val_check_interval=3",
+    }
+    done = subprocess.run(["bash", str(SCRIPT), "sudoku"], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    back = out / "ni_sudoku"
+    assert {p.name for p in back.iterdir()} == {"indicator.pt", "results.jsonl", "summary.json", "pareto.png", "ni.log"}
+    families = {row["family"] for row in json.loads((back / "summary.json").read_text())["rows"]}
+    assert families == {"topk-confidence", "oracle", "threshold-confidence", "ni-topk-confidence"}
+
+
+def test_a_missing_name_prints_the_usage(tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "scripts/device_ni.sh sudoku_paper" in done.stdout
