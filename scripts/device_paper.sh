@@ -29,6 +29,8 @@ leg() {  # NAME: train, then sweep the fronts on the trained model until the dea
     [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
     mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt"
     local left=$((DEADLINE - (SECONDS - started)))
+    # timeout 0 would mean no limit at all
+    [ "$left" -ge 10 ] || { echo "[$name] trained at ${SECONDS}s: no time left to sweep"; return 0; }
     echo "[$name] trained at ${SECONDS}s; sweeping for at most ${left}s"
     # shellcheck disable=SC2086
     timeout --signal=INT "$left" "$PYTHON" evaluate.py "ckpt=checkpoints/$name.pt" "sweep=${name}_fronts" \
