@@ -68,6 +68,14 @@ class Ranks:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def leave(self) -> None:
+        """Leave the process group once every rank is done with it. A gloo rank that exits without this can die
+        in its own teardown ("terminate called without an active exception", SIGABRT: pytorch/pytorch#190489),
+        and torchrun then fails a run whose rows are all written. Only on success: a rank whose peers still wait
+        in a collective would hang here."""
+        if self.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
 
 def first_host(nodelist: str) -> str:
     """The first host of a SLURM node list (`gpu[07-08,11],cpu3` -> `gpu07`): the rendezvous address."""

@@ -211,6 +211,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
             print(f"\ninterrupted: {made} new row(s) saved to {cfg.results_file}; run the same command again to "
                   f"resume (settings already there are skipped)", file=sys.stderr)
         raise SystemExit(130) from None
+    ranks.leave()
     if not ranks.main:
         return []
     if len(jobs) > 1:
