@@ -147,6 +147,7 @@ def lm_eval() -> None:
     from lm_eval.__main__ import cli_evaluate
 
     import mdmkit.evaluation.lm_eval_model  # noqa: F401 -- registers --model mdmkit
+    from mdmkit.evaluation.distributed import leave_process_group
     from mdmkit.evaluation.lm_eval_nfe import with_nfe
 
     if "--include_path" not in sys.argv:
@@ -158,3 +159,4 @@ def lm_eval() -> None:
     except MdmkitError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    leave_process_group()  # a data-parallel run (the mdmkit model joined torchrun's group)

@@ -69,12 +69,17 @@ class Ranks:
         return box[0]
 
     def leave(self) -> None:
-        """Leave the process group once every rank is done with it. A gloo rank that exits without this can die
-        in its own teardown ("terminate called without an active exception", SIGABRT: pytorch/pytorch#190489),
-        and torchrun then fails a run whose rows are all written. Only on success: a rank whose peers still wait
-        in a collective would hang here."""
-        if self.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+        if self.world_size > 1:
+            leave_process_group()
+
+
+def leave_process_group() -> None:
+    """Leave the process group once every rank is done with it. A gloo rank that exits without this can die in
+    its own teardown ("terminate called without an active exception", SIGABRT: pytorch/pytorch#190489), and
+    torchrun then fails a run whose rows are all written. Only on success: a rank whose peers still wait in a
+    collective would hang here."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def first_host(nodelist: str) -> str:
