@@ -7,10 +7,15 @@
 #   device run: scripts/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
 # Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log. NI_ARGS (ni_pipeline.py
 # options, e.g. "--limit 200") and EXTRA (overrides of the indicator's training) make a small dry run on a CPU
-# with DEVICE=cpu.
+# with DEVICE=cpu. On a machine where scripts/device_paper.sh trained no leg of NAME (a bare one), the model is
+# the committed one and the script stops at once, unless ANY_MODEL=1.
 set -uo pipefail
-[ $# -eq 1 ] || { sed -n 2,10p "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n 2,12p "$0"; exit 2; }
 NAME=$1
+if [ ! -f "runs/$NAME.trained_here" ] && [ "${ANY_MODEL:-0}" != 1 ]; then
+    echo "no leg of $NAME was trained on this machine: checkpoints/$NAME.pt is the committed model (ANY_MODEL=1 runs NI on it)"
+    exit 3
+fi
 OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
 source "$(dirname "$0")/device_env.sh" || exit 1
 export MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}

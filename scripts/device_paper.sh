@@ -27,7 +27,7 @@ leg() {  # NAME: train, then sweep the fronts on the trained model until the dea
     scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" trainer.max_steps=100000 \
         optim.anneal_by=max_time $EXTRA > /dev/null
     [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
-    mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt"
+    mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt" && touch "runs/$name.trained_here"
     local left=$((DEADLINE - (SECONDS - started)))
     # timeout 0 would mean no limit at all
     [ "$left" -ge 10 ] || { echo "[$name] trained at ${SECONDS}s: no time left to sweep"; return 0; }

@@ -16,7 +16,7 @@ SCRIPT = ROOT / "scripts" / "device_ni.sh"
 def test_one_call_brings_back_the_indicator_and_the_ni_rows(tmp_path: Path) -> None:
     out = tmp_path / "out"
     environment = {
-        **os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable, "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path),
+        **os.environ, "ANY_MODEL": "1", "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable, "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path),
         "NI_ARGS": "--limit 4 --batch-size 4 --epsilons 0.9",
         "EXTRA": "task.n_train=300 task.n_val=40 task.n_test=40 task.workers=1 trajectories.n_examples=16 "
                  "trajectories.shard_size=16 trajectories.progress=false data.val_examples=8 trainer.max_steps=3 "
@@ -34,3 +34,12 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows(tmp_path: Path) -> N
 def test_a_missing_name_prints_the_usage(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "scripts/device_ni.sh sudoku_paper" in done.stdout
+
+
+def test_a_machine_that_trained_no_leg_stops_at_once(tmp_path: Path) -> None:
+    """A bare machine holds the committed model, not the leg just trained: an indicator for it would be for the
+    wrong weights (and take the session's last minutes)."""
+    environment = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(SCRIPT), "sudoku_paper"], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 3 and "checkpoints/sudoku_paper.pt is the committed model" in done.stdout
