@@ -18,7 +18,6 @@ if [ ! -f "runs/$NAME.trained_here" ] && [ "${ANY_MODEL:-0}" != 1 ]; then
 fi
 OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
 source "$(dirname "$0")/device_env.sh" || exit 1
-export MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
 WORK=${WORK:-runs/ni_$NAME}; DEST=$OUT/ni_$NAME  # WORK: the pipeline's own output (checkpoints, logs)
 rm -rf "$WORK"; mkdir -p "$DEST"
 accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu

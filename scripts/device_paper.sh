@@ -18,7 +18,7 @@ OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE
 MODELS=${MODELS:-sudoku_paper maze_paper}; EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
 started=$SECONDS
 source "$(dirname "$0")/device_env.sh" || exit 1
-export OUT MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} TORCHDYNAMO_SUPPRESS_ERRORS=${TORCHDYNAMO_SUPPRESS_ERRORS:-1}
+export OUT TORCHDYNAMO_SUPPRESS_ERRORS=${TORCHDYNAMO_SUPPRESS_ERRORS:-1}
 mkdir -p "$OUT"
 
 leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
