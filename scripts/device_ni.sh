@@ -2,18 +2,21 @@
 # NI on a paper-scale model in one device call (issue 20): scripts/ni_pipeline.py with experiment=<NAME>_indicator
 # on the GPU: the indicator trained on NAME's own full-step trajectories over its training split, then NI against
 # threshold and full step with its oracle floor on the test split. Recording 20k trajectories of a 6M model takes
-# hours on 2 CPU cores, minutes on a GPU. Best run on the machine that just trained NAME (then
-# checkpoints/<NAME>.pt is the new model and its training split is cached in runs/cache/).
+# hours on 2 CPU cores, minutes on a GPU. Run on the machine that just trained NAME, still warm: its model is
+# runs/trained/<NAME>.pt (scripts/device_paper.sh) and its training split is cached in runs/cache/.
 #   device run: scripts/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
 # Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log. NI_ARGS (ni_pipeline.py
 # options, e.g. "--limit 200") and EXTRA (overrides of the indicator's training) make a small dry run on a CPU
-# with DEVICE=cpu. On a machine where scripts/device_paper.sh trained no leg of NAME (a bare one), the model is
-# the committed one and the script stops at once, unless ANY_MODEL=1.
+# with DEVICE=cpu. On a machine that trained no leg of NAME (a bare one) the script stops at once; ANY_MODEL=1
+# runs it on the experiment's own base model instead (checkpoints/<NAME>.pt: the committed one).
 set -uo pipefail
-[ $# -eq 1 ] || { sed -n 2,12p "$0"; exit 2; }
+[ $# -eq 1 ] || { sed -n 2,11p "$0"; exit 2; }
 NAME=$1
-if [ ! -f "runs/$NAME.trained_here" ] && [ "${ANY_MODEL:-0}" != 1 ]; then
-    echo "no leg of $NAME was trained on this machine: checkpoints/$NAME.pt is the committed model (ANY_MODEL=1 runs NI on it)"
+TRAINED=${TRAINED:-runs/trained}; BASE=()
+if [ -f "$TRAINED/$NAME.pt" ]; then
+    BASE=(--checkpoint "$TRAINED/$NAME.pt")
+elif [ "${ANY_MODEL:-0}" != 1 ]; then
+    echo "no leg of $NAME was trained on this machine (no $TRAINED/$NAME.pt): checkpoints/$NAME.pt is the committed model (ANY_MODEL=1 runs NI on it)"
     exit 3
 fi
 OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
@@ -22,7 +25,7 @@ WORK=${WORK:-runs/ni_$NAME}; DEST=$OUT/ni_$NAME  # WORK: the pipeline's own outp
 rm -rf "$WORK"; mkdir -p "$DEST"
 accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu
 # shellcheck disable=SC2086
-"$PYTHON" scripts/ni_pipeline.py --experiment "${NAME}_indicator" --out "$WORK" --device "$DEVICE" \
+"$PYTHON" scripts/ni_pipeline.py --experiment "${NAME}_indicator" "${BASE[@]}" --out "$WORK" --device "$DEVICE" \
     --batch-size 1000 --taus 0.9 0.95 0.99 $NI_ARGS -- "trainer.accelerator=$accelerator" logger=csv \
     trainer.enable_progress_bar=false $EXTRA 2>&1 | tee "$DEST/ni.log"
 status=${PIPESTATUS[0]}

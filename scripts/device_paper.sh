@@ -7,15 +7,14 @@
 # <name>.pt, <name>.tgz, <name>.log and the sweep rows <name>_fronts.jsonl (a sweep cut short resumes where it
 # stopped: evaluate.py skips rows it has).
 #
-# Before the call, here: the wheels the device image lacks (hydra-core, omegaconf, antlr4) in .whl/ (README of
-# the device tool). The training data is made there (runs/cache/ is carried where the tree leaves room). Then
+# Before the call, here: the wheels the device image lacks in .whl/ (scripts/device_wheels.sh). The training data is made there (runs/cache/ is carried where the tree leaves room). Then
 #   device run: scripts/device_paper.sh     carry: [.whl]     timeout_s: 590      (MODELS=maze_paper scripts/...)
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
 # logged) rather than losing the leg.
 set -uo pipefail
 OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
-MODELS=${MODELS:-sudoku_paper maze_paper}; EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
+MODELS=${MODELS:-sudoku_paper maze_paper}; TRAINED=${TRAINED:-runs/trained}; EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
 started=$SECONDS
 source "$(dirname "$0")/device_env.sh" || exit 1
 export OUT TORCHDYNAMO_SUPPRESS_ERRORS=${TORCHDYNAMO_SUPPRESS_ERRORS:-1}
@@ -27,7 +26,9 @@ leg() {  # NAME: train, then sweep the fronts on the trained model until the dea
     scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" trainer.max_steps=100000 \
         optim.anneal_by=max_time $EXTRA > /dev/null
     [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
-    mkdir -p checkpoints && cp "$OUT/$name.pt" "checkpoints/$name.pt" && touch "runs/$name.trained_here"
+    # $TRAINED (ignored) outlives this call on a warm machine, for scripts/device_ni.sh; checkpoints/ is
+    # overwritten by the next call's copy of the tree, which holds the committed model until this one is copied in
+    mkdir -p "$TRAINED" && cp "$OUT/$name.pt" "$TRAINED/$name.pt" && cp "$OUT/$name.pt" "checkpoints/$name.pt"
     local left=$((DEADLINE - (SECONDS - started)))
     # timeout 0 would mean no limit at all
     [ "$left" -ge 10 ] || { echo "[$name] trained at ${SECONDS}s: no time left to sweep"; return 0; }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,15 @@ from conftest import ROOT
 SCRIPT = ROOT / "scripts" / "device_ni.sh"
 
 
-def test_one_call_brings_back_the_indicator_and_the_ni_rows(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained_there(tmp_path: Path) -> None:
+    """The base is the model device_paper.sh left in TRAINED, not checkpoints/<NAME>.pt: each device call's copy
+    of the tree puts the committed model back there."""
+    out, trained = tmp_path / "out", tmp_path / "trained"
+    trained.mkdir()
+    shutil.copy(ROOT / "checkpoints" / "sudoku_mdm.pt", trained / "sudoku.pt")
     environment = {
-        **os.environ, "ANY_MODEL": "1", "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable, "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path),
+        **os.environ, "TRAINED": str(trained), "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable,
+        "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path), "WHEELS": str(tmp_path),
         "NI_ARGS": "--limit 4 --batch-size 4 --epsilons 0.9",
         "EXTRA": "task.n_train=300 task.n_val=40 task.n_test=40 task.workers=1 trajectories.n_examples=16 "
                  "trajectories.shard_size=16 trajectories.progress=false data.val_examples=8 trainer.max_steps=3 "
@@ -27,6 +33,7 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     back = out / "ni_sudoku"
     assert {p.name for p in back.iterdir()} == {"indicator.pt", "results.jsonl", "summary.json", "pareto.png", "ni.log"}
+    assert f"base: {trained / 'sudoku.pt'}" in (back / "ni.log").read_text()
     families = {row["family"] for row in json.loads((back / "summary.json").read_text())["rows"]}
     assert families == {"topk-confidence", "oracle", "threshold-confidence", "ni-topk-confidence"}
 
@@ -39,7 +46,7 @@ def test_a_missing_name_prints_the_usage(tmp_path: Path) -> None:
 def test_a_machine_that_trained_no_leg_stops_at_once(tmp_path: Path) -> None:
     """A bare machine holds the committed model, not the leg just trained: an indicator for it would be for the
     wrong weights (and take the session's last minutes)."""
-    environment = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    environment = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TRAINED": str(tmp_path)}
     done = subprocess.run(["bash", str(SCRIPT), "sudoku_paper"], cwd=tmp_path, env=environment, capture_output=True,
                           text=True, timeout=30, check=False)
     assert done.returncode == 3 and "checkpoints/sudoku_paper.pt is the committed model" in done.stdout
