@@ -7,7 +7,8 @@
 # <name>.pt, <name>.tgz, <name>.log and the sweep rows <name>_fronts.jsonl (a sweep cut short resumes where it
 # stopped: evaluate.py skips rows it has).
 #
-# Before the call, here: the wheels the device image lacks in .whl/ (scripts/device_wheels.sh). The training data is made there (runs/cache/ is carried where the tree leaves room). Then
+# Before the call, here: the wheels the device image lacks in .whl/ (scripts/device_wheels.sh). The training
+# data is made there (runs/cache/ is carried where the tree leaves room). Then
 #   device run: scripts/device_paper.sh     carry: [.whl]     timeout_s: 590      (MODELS=maze_paper scripts/...)
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
