@@ -33,6 +33,6 @@ def test_a_module_broken_at_import_is_named_with_the_fix(tmp_path: Path) -> None
     python.chmod(0o755)
     done = source(tmp_path, str(python))
     assert done.returncode == 1 and "sourced" not in done.stdout
-    assert done.stderr.strip().splitlines() == [
-        "device_env.sh: cannot import datasets (ImportError: huggingface-hub>=1.5.0,<2.0 is required): "
-        "run scripts/device_wheels.sh here and carry .whl"]
+    expected = ("device_env.sh: cannot import datasets (ImportError: huggingface-hub>=1.5.0,<2.0 is required): "
+                "run scripts/device_wheels.sh here and carry .whl")
+    assert done.stderr.strip().splitlines() == [expected]
