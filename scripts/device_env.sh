@@ -9,6 +9,7 @@ PYTHON=${PYTHON:-python3}
 export PYTHON PYTHONUNBUFFERED=1 MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
 WHEELS=${WHEELS:-.whl}  # the device's Python's wheels: tests on this machine point it elsewhere
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
+    rm -rf /tmp/site  # exactly these wheels: a package left by an earlier call on a warm machine could break imports
     "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl \
         && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || return 1
 fi
