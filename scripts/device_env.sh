@@ -2,11 +2,11 @@
 # mdmkit installed nor some of its dependencies, so the wheels carried in .whl/ (made here by
 # scripts/device_wheels.sh) go to /tmp/site (on PYTHONPATH), and the uninstalled checkout's config package is
 # conf/ itself. Stops in one line, before any work, where a module is still missing. Sets PYTHON (python3 by
-# default) and MDMKIT_CACHE_DIR (runs/cache).
+# default), MDMKIT_CACHE_DIR (runs/cache) and TRAINED (runs/trained: the models device_paper.sh trained here).
 #   device run: source scripts/device_env.sh && $PYTHON scripts/bench_train_step.py ...     carry: [.whl]
 PYTHON=${PYTHON:-python3}
-# the data cache in the checkout: a warm machine keeps it for the next call
-export PYTHON PYTHONUNBUFFERED=1 MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
+# the data cache and the trained models in the ignored runs/: a warm machine keeps them for the next call
+export PYTHON PYTHONUNBUFFERED=1 MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} TRAINED=${TRAINED:-runs/trained}
 WHEELS=${WHEELS:-.whl}  # the device's Python's wheels: tests on this machine point it elsewhere
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
     rm -rf /tmp/site  # exactly these wheels: a package left by an earlier call on a warm machine could break imports

@@ -12,15 +12,15 @@
 set -uo pipefail
 [ $# -eq 1 ] || { sed -n 2,11p "$0"; exit 2; }
 NAME=$1
-TRAINED=${TRAINED:-runs/trained}; BASE=()
+OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
+source "$(dirname "$0")/device_env.sh" || exit 1
+BASE=()
 if [ -f "$TRAINED/$NAME.pt" ]; then
     BASE=(--checkpoint "$TRAINED/$NAME.pt")
 elif [ "${ANY_MODEL:-0}" != 1 ]; then
     echo "no leg of $NAME was trained on this machine (no $TRAINED/$NAME.pt): checkpoints/$NAME.pt is the committed model (ANY_MODEL=1 runs NI on it)"
     exit 3
 fi
-OUT=${OUT:-runs/out}; DEVICE=${DEVICE:-cuda}; NI_ARGS=${NI_ARGS:-}; EXTRA=${EXTRA:-}
-source "$(dirname "$0")/device_env.sh" || exit 1
 WORK=${WORK:-runs/ni_$NAME}; DEST=$OUT/ni_$NAME  # WORK: the pipeline's own output (checkpoints, logs)
 rm -rf "$WORK"; mkdir -p "$DEST"
 accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu

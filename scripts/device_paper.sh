@@ -15,7 +15,7 @@
 # logged) rather than losing the leg.
 set -uo pipefail
 OUT=${OUT:-runs/out}; TRAIN_TIME=${TRAIN_TIME:-00:00:06:00}; DEADLINE=${DEADLINE:-560}
-MODELS=${MODELS:-sudoku_paper maze_paper}; TRAINED=${TRAINED:-runs/trained}
+MODELS=${MODELS:-sudoku_paper maze_paper}
 EXTRA=${EXTRA:-}; SWEEP_EXTRA=${SWEEP_EXTRA:-batch_size=1000 device=cuda}
 started=$SECONDS
 source "$(dirname "$0")/device_env.sh" || exit 1
