@@ -108,14 +108,14 @@ def markdown(results: list[dict[str, Any]], command: str, checkpoint: str) -> li
     first = results[0]
     bins = " | ".join(f"H < {level}" for level in first["step0_cells_below"])
     md = ["# EB-Sampler's free token on the Sudoku model", "",
-          f"Reproduce: `{command}` on `{checkpoint}`; data in the JSON beside this page. EB with the confidence "
-          "ordering at temperature 0 on the first test puzzles.", "",
+          (f"Reproduce: `{command}` on `{checkpoint}`; data in the JSON beside this page. EB with the confidence "
+           "ordering at temperature 0 on the first test puzzles."), "",
           f"## Entropy of the {first['step0_masked_cells']:.1f} masked cells at the first step (mean cells per puzzle)",
           "", f"| {bins} |", "|" + "---:|" * len(first["step0_cells_below"]),
           "| " + " | ".join(f"{v:.1f}" for v in first["step0_cells_below"].values()) + " |", "",
           "## The first wrong reveal of each puzzle EB gets wrong", "",
-          "| gamma | accuracy | NFE | puzzles with a wrong cell | first wrong at step 0 | mean set size there | "
-          "free token wrong | only the free token wrong | free token's entropy (nats) |",
+          ("| gamma | accuracy | NFE | puzzles with a wrong cell | first wrong at step 0 | mean set size there | "
+           "free token wrong | only the free token wrong | free token's entropy (nats) |"),
           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         md.append(f"| {r['gamma']:g} | {100 * r['accuracy']:.1f}% | {r['nfe_mean']:.1f} | "

@@ -60,16 +60,16 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
     by_nfe = sorted(entries, key=lambda e: (e["lowest_nfe_98"] is None, e["lowest_nfe_98"] or 0.0))
     oracle = next((e for e in entries if e["family"] == pareto.ORACLE), None)
     md = [f"# Every decoding rule on the {task} reference model", "",
-          f"Reproduce: `{command}` from the rows in `{source}` ({n} rows; `python evaluate.py "
-          f"ckpt=checkpoints/{task}_mdm.pt sweep=rules_{task}{f' limit={limit}' if limit else ''} "
-          f"results_file={source}`; {f'the first {limit} test examples' if limit else 'the whole test split'}). "
-          "Full-step accuracy (Top-1 confidence): "
-          f"{100 * reference:.1f}%; 98% of it: {98 * reference:.1f}%.", "",
+          (f"Reproduce: `{command}` from the rows in `{source}` ({n} rows; `python evaluate.py "
+           f"ckpt=checkpoints/{task}_mdm.pt sweep=rules_{task}{f' limit={limit}' if limit else ''} "
+           f"results_file={source}`; {f'the first {limit} test examples' if limit else 'the whole test split'}). "
+           "Full-step accuracy (Top-1 confidence): "
+           f"{100 * reference:.1f}%; 98% of it: {98 * reference:.1f}%."), "",
           f"![accuracy vs NFE]({Path(source).with_suffix('.png').name})", "",
           "## Ranked by AUP", "",
-          "AUP: area under accuracy (%) vs tokens per forward, each point weighted by min(exp(-3 (1 - y / y_max)), 1), "
-          "points more than 5 points below the family's lowest-parallelism accuracy left out (d3LLM; "
-          "`mdmkit/analysis/aup.py`). y_max is the best accuracy on this page.", "",
+          ("AUP: area under accuracy (%) vs tokens per forward, each point weighted by min(exp(-3 (1 - y / y_max)), 1), "
+           "points more than 5 points below the family's lowest-parallelism accuracy left out (d3LLM; "
+           "`mdmkit/analysis/aup.py`). y_max is the best accuracy on this page."), "",
           markdown_table(["rank", "family", "AUP", "best accuracy", "NFE range", "runs"],
                          [[i + 1, e["family"], f"{e['aup']:.1f}", f"{100 * e['best_accuracy']:.1f}%",
                            f"{e['nfe_min']:.1f}-{e['nfe_max']:.1f}", e["runs"]] for i, e in enumerate(by_aup)]),
@@ -80,8 +80,8 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
                            e["lowest_nfe_98_setting"] or "—",
                            _ratio(entries, e)] for i, e in enumerate(by_nfe)]), ""]
     if oracle is not None and oracle["lowest_nfe_98"] is not None:
-        md += [f"The oracle floor of the full-step trajectory is {oracle['nfe_min']:.2f} NFE at "
-               f"{100 * oracle['best_accuracy']:.1f}%. Families that never reach 98% of full-step accuracy show —.", ""]
+        md += [(f"The oracle floor of the full-step trajectory is {oracle['nfe_min']:.2f} NFE at "
+                f"{100 * oracle['best_accuracy']:.1f}%. Families that never reach 98% of full-step accuracy show —."), ""]
     return md
 
 

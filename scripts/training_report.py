@@ -22,10 +22,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from mdmkit.analysis.pages import Page, markdown_table  # noqa: E402
-from mdmkit.io.results import read_records  # noqa: E402
+from mdmkit.analysis.pages import Page, markdown_table
+from mdmkit.io.results import read_records
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

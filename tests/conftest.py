@@ -78,5 +78,5 @@ def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = 300) -> su
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
         [sys.executable, str(ROOT / script), *overrides],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout,
     )

@@ -22,7 +22,8 @@ VOLATILE = {"time", "wall_time_s", "tokens_per_s", "machine", "config", "world_s
 
 
 def torchrun(*overrides: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(launch(*overrides), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(launch(*overrides), cwd=cwd, env=_env(), capture_output=True, text=True, check=False,
+                          timeout=timeout)
 
 
 def launch(*overrides: str) -> list[str]:

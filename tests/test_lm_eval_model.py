@@ -19,12 +19,12 @@ from conftest import BENCHMARK_DATA
 pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
 
-import lm_eval  # noqa: E402
-from lm_eval.tasks import TaskManager  # noqa: E402
+import lm_eval
+from lm_eval.tasks import TaskManager
 
-from mdmkit.core.errors import CapabilityError, ConfigError  # noqa: E402
-from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo  # noqa: E402
-from mdmkit.evaluation.lm_eval_nfe import Generation, attach_nfe, padding  # noqa: E402
+from mdmkit.core.errors import CapabilityError, ConfigError
+from mdmkit.evaluation.lm_eval_model import MdmkitLM, masked_elbo
+from mdmkit.evaluation.lm_eval_nfe import Generation, attach_nfe, padding
 
 needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").exists(),
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")
@@ -98,7 +98,7 @@ def test_the_console_script_is_lm_evals_cli_with_mdmkit_registered(masked_dir, t
     command = [sys.executable, "-c", "from mdmkit.cli import lm_eval; lm_eval()", "--model", "mdmkit",
                "--model_args", f"ckpt={masked_dir},sampler=eb,gamma=0.1", "--include_path", str(task_dir),
                "--tasks", "gsm8k_local", "--limit", "2", "--batch_size", "2"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gsm8k_local" in done.stdout and "[mdmkit] 2 generations: NFE mean" in done.stdout
     # the table shows the shots the task used (1 here)

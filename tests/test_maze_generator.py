@@ -181,10 +181,10 @@ def test_min_path_len_is_respected() -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(count=1, n=1, seed=0), "n must be >= 2"),
-        (dict(count=-1, n=3, seed=0), "count"),
-        (dict(count=1, n=3, seed=0, min_path_len=1), "min_path_len"),
-        (dict(count=1, n=3, seed=0, min_path_len=10), "min_path_len"),
+        ({"count": 1, "n": 1, "seed": 0}, "n must be >= 2"),
+        ({"count": -1, "n": 3, "seed": 0}, "count"),
+        ({"count": 1, "n": 3, "seed": 0, "min_path_len": 1}, "min_path_len"),
+        ({"count": 1, "n": 3, "seed": 0, "min_path_len": 10}, "min_path_len"),
     ],
 )
 def test_generate_mazes_validates_arguments(kwargs: dict, message: str) -> None:

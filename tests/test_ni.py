@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY, compose_config
-from omegaconf import open_dict
 from fakes import DEPS, TARGET, Dependent, random_transformer
+from omegaconf import open_dict
 
 from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import CheckpointError, ConfigError
@@ -212,7 +212,7 @@ def test_epsilon_one_is_the_base_sampler_and_so_is_a_silent_indicator(base: Mask
 def test_epsilon_zero_reveals_each_block_in_one_step() -> None:
     net, x = network(), prompts()
     sampler = NISampler(base=TopKSampler(block_length=4), epsilon=0.0, indicator=scorer(net))
-    sampled, counter = run(sampler, net, x)
+    sampled, _counter = run(sampler, net, x)
     assert sampled.steps.tolist() == [3] * len(x)  # 10 masked positions in blocks of 4, 4, 2
     assert not (sampled.tokens == M).any()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from mdmkit.analysis.pages import ROOT, Page, command_line, markdown_table, stamp  # noqa: E402
+from mdmkit.analysis.pages import ROOT, Page, command_line, markdown_table, stamp
 
 
 def test_page_writes_markdown_json_rows_and_figure(tmp_path):

@@ -290,5 +290,6 @@ def test_speculative_figure_draws_a_panel_per_rows_file(tmp_path):
     written = [json.loads(line) for line in (tmp_path / "fig.jsonl").read_text().splitlines()]
     assert [r["panel"] for r in written] == ["maze", "maze", "text"] and written[2]["accuracy"] == 0.0
     missing = subprocess.run([sys.executable, "scripts/speculative_figure.py", f"{tmp_path}/none.jsonl:accuracy",
-                              "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                              "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, check=False,
+                              timeout=120)
     assert missing.returncode == 2 and "none.jsonl" in missing.stderr

@@ -203,7 +203,7 @@ def test_every_step_reveals_at_least_one_and_reveal_steps_form_a_partition() -> 
     for row in range(len(prompts)):
         groups = out.partition(row)
         assert all(len(g) == 1 for g in groups)
-        assert sorted(sum(groups, [])) == torch.nonzero(prompts[row] == MASK).flatten().tolist()
+        assert sorted(i for group in groups for i in group) == torch.nonzero(prompts[row] == MASK).flatten().tolist()
 
 
 def test_eb_with_gamma_zero_is_full_step_and_gamma_infinite_is_one_shot() -> None:

@@ -172,7 +172,7 @@ TARGET = [0.1, 0.2, 0.7, 0.0]
 
 
 def test_first_position_keeps_its_draft_and_a_rejection_takes_the_residual() -> None:
-    greedy = dict(window_param=1.0, ordering="confidence", temperature=0.0)
+    greedy = {"window_param": 1.0, "ordering": "confidence", "temperature": 0.0}
     net = Table(DRAFT, TARGET)
     counter = ForwardCounter(net, 1)
     out = SpeculativeSampler(**greedy).sample(counter, torch.full((1, 3), MASK), MASK)

@@ -110,7 +110,7 @@ def test_spawned_workers_match() -> None:
         "puzzles, solutions = generate_puzzles(12, 34, seed=5, workers=2)\n"
         "sys.stdout.write(puzzles.tobytes().hex() + solutions.tobytes().hex())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     puzzles, solutions = generate_puzzles(12, 34, seed=5)
     assert done.stdout == puzzles.tobytes().hex() + solutions.tobytes().hex()

@@ -19,12 +19,12 @@ SOLUTION = "53467891267219534819834256785976142342685379171392485696153728428741
 
 
 def sudoku(tmp_path: Path, **kwargs) -> SudokuTask:
-    settings = dict(n_train=60, n_val=20, n_test=20, n_givens=34, cache_dir=str(tmp_path))
+    settings = {"n_train": 60, "n_val": 20, "n_test": 20, "n_givens": 34, "cache_dir": str(tmp_path)}
     return SudokuTask(**{**settings, **kwargs})
 
 
 def maze(tmp_path: Path, **kwargs) -> MazeTask:
-    return MazeTask(**{**dict(n_train=60, n_val=20, n_test=20, grid_size=4, cache_dir=str(tmp_path)), **kwargs})
+    return MazeTask(**{"n_train": 60, "n_val": 20, "n_test": 20, "grid_size": 4, "cache_dir": str(tmp_path), **kwargs})
 
 
 def test_sudoku_serialization_has_89_tokens_and_masks_the_blanks(tmp_path: Path) -> None:

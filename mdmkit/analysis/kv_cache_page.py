@@ -247,8 +247,8 @@ def kv_cache_page(page: Page, *, command: str, accuracy: list[dict[str, Any]], a
         md += [_speed_setup(speed), "", speed_table(speed["entries"]), "", *speed_goal_lines(speed["entries"], goal),
                *loop_lines(speed["entries"], speed["setup"]["prompt"] + speed["setup"]["answer"]),
                *([] if speed["setup"].get("device", "cpu") != "cpu" else
-                 ["- GPU: not measured here (the issue's GPU goal is dual >= 3x none): on a GPU, "
-                  "`python scripts/bench_cache.py --device cuda --dtype bfloat16 --out docs/results/kv_cache_gpu`."]),
+                 [("- GPU: not measured here (the issue's GPU goal is dual >= 3x none): on a GPU, "
+                   "`python scripts/bench_cache.py --device cuda --dtype bfloat16 --out docs/results/kv_cache_gpu`.")]),
                ""]
     else:
         md += ["Not measured in this run.", ""]

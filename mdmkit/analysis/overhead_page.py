@@ -8,7 +8,6 @@ by hand next to numbers that changed would soon contradict them.
 from __future__ import annotations
 
 import dataclasses
-
 import statistics
 from pathlib import Path
 from typing import Any

@@ -102,7 +102,7 @@ def _target_keys(node: DictConfig) -> list[str]:
 
         target = _locate(node["_target_"])
         return [p for p in inspect.signature(target).parameters if p not in ("self", "args", "kwargs")]
-    except Exception:
+    except Exception:  # noqa: BLE001 -- best effort: an unlocatable target simply lists no keys
         return []
 
 

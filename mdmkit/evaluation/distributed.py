@@ -73,6 +73,9 @@ class Ranks:
             leave_process_group()
 
 
+SINGLE_PROCESS = Ranks()  # the default of every evaluation entry point: no launcher
+
+
 def leave_process_group() -> None:
     """Leave the process group once every rank is done with it. A gloo rank that exits without this can die in
     its own teardown ("terminate called without an active exception", SIGABRT: pytorch/pytorch#190489), and
@@ -115,7 +118,7 @@ def init_ranks(device: str) -> Ranks:
     env = _launcher_env()
     world_size = int(env.get("WORLD_SIZE", "1"))
     if world_size == 1:
-        return Ranks()
+        return SINGLE_PROCESS
     rank, local_rank = int(env["RANK"]), int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0")))
     use_cuda = device != "cpu" and torch.cuda.is_available()
     if device.startswith("cuda:"):

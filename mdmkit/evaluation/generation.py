@@ -23,7 +23,7 @@ from tqdm import tqdm
 from mdmkit.core.errors import CapabilityError, ConfigError
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnyStop, Stop, StopCondition, TextStop
-from mdmkit.evaluation.distributed import Ranks
+from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
@@ -194,7 +194,7 @@ def generate(
     seed: int = 0,
     chat: bool = False,
     progress: bool = True,
-    ranks: Ranks = Ranks(),
+    ranks: Ranks = SINGLE_PROCESS,
 ) -> Generations | None:
     """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter (a
     causal LM takes a causal decoder such as `NTPDecoder`, and also stops at its end-of-text token).

@@ -12,7 +12,7 @@ from torch import nn
 from tqdm import tqdm
 
 from mdmkit.core.seeding import seeded_generator, stream_seed
-from mdmkit.evaluation.distributed import Ranks
+from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.io.results import wilson_interval
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.samplers import ForwardCounter, Sampler
@@ -41,7 +41,7 @@ class EvalResult:
         to_stop = self.nfe if self.nfe_to_stop is None else self.nfe_to_stop
         tokens = int(self.answer_tokens.sum()) if self.answer_tokens is not None else None
         summary = {
-            "n": int(len(self.correct)),
+            "n": len(self.correct),
             "accuracy": self.accuracy,
             "accuracy_ci95": list(wilson_interval(int(self.correct.sum()), len(self.correct))),
             "nfe_mean": float(self.nfe.mean()),
@@ -105,7 +105,7 @@ def sample_split(
     seed: int = 0,
     progress: bool = False,
     oracle: bool = False,
-    ranks: Ranks = Ranks(),
+    ranks: Ranks = SINGLE_PROCESS,
 ) -> EvalResult | None:
     """Mask every answer position, let `sampler` fill them, and score the completions.
 

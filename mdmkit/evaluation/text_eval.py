@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 
 from mdmkit.core.config import Validated, require
-from mdmkit.evaluation.distributed import Ranks
+from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
@@ -63,7 +63,7 @@ def evaluate_text_task(
     batch_size: int,
     seed: int,
     generations_file: Path | None = None,
-    ranks: Ranks = Ranks(),
+    ranks: Ranks = SINGLE_PROCESS,
 ) -> EvalResult | None:
     """Generate for every test document, score it, and (optionally) write one JSON line per document.
 
@@ -78,13 +78,12 @@ def evaluate_text_task(
     verdicts = task.score(docs, made.texts)
     if generations_file is not None:
         generations_file.parent.mkdir(parents=True, exist_ok=True)
+        rows = ({"doc": doc.get("task_id", i), "correct": verdict.correct, "detail": verdict.detail,
+                 "nfe": int(made.nfe[i]), "nfe_to_stop": int(made.nfe_to_stop[i]),
+                 "computed_tokens": int(made.computed_tokens[i]), "generation": made.texts[i], "raw": made.raw[i]}
+                for i, (doc, verdict) in enumerate(zip(docs, verdicts)))
         with open(generations_file, "w", encoding="utf-8") as handle:
-            for i, (doc, verdict) in enumerate(zip(docs, verdicts)):
-                handle.write(json.dumps({
-                    "doc": doc.get("task_id", i), "correct": verdict.correct, "detail": verdict.detail,
-                    "nfe": int(made.nfe[i]), "nfe_to_stop": int(made.nfe_to_stop[i]),
-                    "computed_tokens": int(made.computed_tokens[i]),
-                    "generation": made.texts[i], "raw": made.raw[i]}) + "\n")
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
     return EvalResult(
         correct=np.array([v.correct for v in verdicts]), nfe=made.nfe, wall_time_s=made.wall_time_s,
         predictions=made.texts, nfe_to_stop=made.nfe_to_stop, answer_tokens=made.answer_tokens,

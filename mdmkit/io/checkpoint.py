@@ -31,7 +31,7 @@ def _read(path: Path, mmap: bool = False) -> dict[str, Any]:
             if not mmap:
                 raise
             return torch.load(path, map_location="cpu", weights_only=False)  # the legacy format cannot be mapped
-    except Exception as error:  # a truncated or foreign file: one line, not a pickle traceback
+    except Exception as error:  # noqa: BLE001 (a truncated or foreign file: one line, not a traceback)
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
 
 

@@ -52,7 +52,7 @@ def load_indicator(path: str | Path) -> TrainedIndicator:
         raise CheckpointError(f"indicator checkpoint not found: {path}")
     try:
         raw = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # a truncated or foreign file: one line, not a pickle traceback
+    except Exception as error:  # noqa: BLE001 (a truncated or foreign file: one line, not a traceback)
         message = f"{type(error).__name__}: {error}"
         raise CheckpointError(f"{path}: not a readable checkpoint ({message})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:

@@ -62,9 +62,10 @@ def provenance() -> dict[str, Any]:
     root = Path(__file__).resolve().parents[2]
     commit = None
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False,
+                              timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, check=False, timeout=10)
         if head.returncode == 0:
             commit = head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):

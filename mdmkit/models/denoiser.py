@@ -58,7 +58,7 @@ class KVCache:
 
     def select(self, rows: torch.Tensor) -> KVCache:
         """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
-        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        pick = lambda t: None if t is None else t[rows]
         return KVCache([pick(k) for k in self.keys], [pick(v) for v in self.values])
 
 

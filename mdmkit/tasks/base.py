@@ -7,6 +7,7 @@ must infill). Everything else (prompt/given positions) is context that is never 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -200,7 +201,7 @@ class PuzzleTask(Validated):
             examples = self._generate_unique(self.n_test + self.n_val + self.n_train)
             self._write_cache(path, examples)
         bounds = np.cumsum([0, self.n_test, self.n_val, self.n_train])
-        test, val, train = (examples.take(slice(a, b)) for a, b in zip(bounds[:-1], bounds[1:]))
+        test, val, train = (examples.take(slice(a, b)) for a, b in itertools.pairwise(bounds))
         if from_file is not None:
             test = from_file
         splits = {name: Split.from_examples(ex) for name, ex in zip(SPLITS, (train, val, test))}

@@ -13,7 +13,7 @@ import operator
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cache, partial
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def _check_n(n: int) -> int:
     return n
 
 
-@lru_cache(maxsize=None)
+@cache
 def _grid_neighbours(n: int) -> tuple[tuple[Cell, ...], ...]:
     """Neighbours of every cell in a fixed order, so a seeded rng always picks the same one."""
     neighbours = []
@@ -185,7 +185,7 @@ def is_valid_path(n: int, edges: Iterable[Edge], start: Cell, goal: Cell, path: 
         and cells[-1] == goal
         and len(set(cells)) == len(cells)
         and all(0 <= c < n * n for c in cells)
-        and all(parent[a] == b or parent[b] == a for a, b in zip(cells, cells[1:]))  # tree edges, rooted
+        and all(parent[a] == b or parent[b] == a for a, b in itertools.pairwise(cells))  # tree edges, rooted
     )
 
 

@@ -34,7 +34,7 @@ _UNIT_MATES = tuple(
     tuple(tuple(j for j in range(81) if j != i and unit[j] == unit[i]) for unit in (_ROW, _COL, _BOX))
     for i in range(81)
 )
-_POPCOUNT = tuple(bin(m).count("1") for m in range(512))
+_POPCOUNT = tuple(m.bit_count() for m in range(512))
 _BITS = tuple(tuple(1 << k for k in range(9) if m >> k & 1) for m in range(512))  # candidates to branch on
 _DIGIT = {1 << k: k + 1 for k in range(9)}
 _DIAGONAL_BOXES = np.array([i for i in range(81) if _BOX[i] in (0, 4, 8)]).reshape(3, 9)

@@ -6,10 +6,9 @@ this directory must be importable (run from it, or put it on PYTHONPATH).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
-
-import math
 
 import torch
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import datasets
 import numpy as np
