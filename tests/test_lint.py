@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RUFF = Path(sys.executable).with_name("ruff")
 
 
@@ -26,8 +25,7 @@ def test_the_checkout_is_ruff_clean() -> None:
 
 
 def test_ruff_fails_on_a_module_with_an_unused_import(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "mdmkit/core/errors.py", tmp_path / "errors.py")
     module = tmp_path / "errors.py"
-    module.write_text("import os\n" + module.read_text())
+    module.write_text("import os\n" + (ROOT / "mdmkit/core/errors.py").read_text())
     result = _ruff(module)
     assert result.returncode == 1 and "F401" in result.stdout
