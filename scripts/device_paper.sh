@@ -8,8 +8,9 @@
 # stopped: evaluate.py skips rows it has).
 #
 # Before the call, here: the wheels the device image lacks in .whl/ (scripts/device_wheels.sh). The training
-# data is made there (runs/cache/ is carried where the tree leaves room). Then
-#   device run: scripts/device_paper.sh     carry: [.whl]     timeout_s: 590      (MODELS=maze_paper scripts/...)
+# data is made there (~64 s of 16 processes for Sudoku) unless its cache file is carried: the Sudoku paper
+# split's is 8.9 MB (sudoku_codec), and saves that minute for training. Then
+#   device run: scripts/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
 # logged) rather than losing the leg.

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mdmkit.core.errors import DataFormatError
-from mdmkit.tasks.base import Split, assert_disjoint
+from mdmkit.tasks.base import Split, assert_disjoint, pack_tokens
 from mdmkit.tasks.maze import MazeTask
 from mdmkit.tasks.sudoku import SudokuTask
 
@@ -85,9 +85,27 @@ def test_splits_are_cached_deterministic_and_disjoint(tmp_path: Path) -> None:
 def test_the_cache_is_compact_and_reads_back_the_same_splits(tmp_path: Path) -> None:
     made = sudoku(tmp_path).load_splits()
     with np.load(sudoku(tmp_path).cache_path()) as cached:
-        assert cached["tokens"].dtype == np.uint8  # one byte per token: a paper-scale split stays carriable
+        assert sorted(cached.files) == ["codes", "givens"]  # 27 bytes a puzzle (sudoku_codec), keys recomputed
     for name, split in sudoku(tmp_path).load_splits().items():
         assert split.tokens.dtype == torch.int64 and torch.equal(split.tokens, made[name].tokens)
+        assert split.keys.tolist() == made[name].keys.tolist()
+    maze(tmp_path).load_splits()
+    with np.load(maze(tmp_path).cache_path()) as cached:
+        assert cached["tokens"].dtype == np.uint8  # the generic layout: one byte per token
+
+
+def test_a_sudoku_cache_in_the_generic_layout_still_reads(tmp_path: Path) -> None:
+    """Caches written before the compact code hold tokens; they keep working rather than being remade."""
+    task = sudoku(tmp_path)
+    made = task.load_splits()
+    examples = task._read_cache(task.cache_path())
+    np.savez_compressed(task.cache_path(), **pack_tokens(examples))
+    again = sudoku(tmp_path).load_splits()
+    for name in made:
+        assert torch.equal(again[name].tokens, made[name].tokens)
+    np.savez_compressed(task.cache_path(), something=np.zeros(3))
+    with pytest.raises(DataFormatError, match="'codes' and 'givens'"):
+        sudoku(tmp_path).load_splits()
 
 
 def test_test_split_is_stable_when_train_size_changes(tmp_path: Path) -> None:

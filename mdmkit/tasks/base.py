@@ -81,6 +81,19 @@ def digest(*parts: bytes) -> bytes:
     return hashlib.sha1(b"|".join(parts)).digest()
 
 
+def pack_tokens(examples: Examples) -> dict[str, np.ndarray]:
+    """Examples as cache arrays, one byte per token where the vocabulary allows (compact enough to carry a
+    paper-scale split to a remote machine); `Split.from_examples` widens tokens back to int64."""
+    tokens = examples.tokens
+    if tokens.size and 0 <= tokens.min() and tokens.max() < 256:
+        tokens = tokens.astype(np.uint8)
+    return {"tokens": tokens, "answer_mask": examples.answer_mask, "keys": examples.keys}
+
+
+def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
+    return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
+
+
 @dataclass
 class PuzzleTask(Validated):
     """Base class for generated puzzle tasks (Sudoku, maze)."""
@@ -174,21 +187,25 @@ class PuzzleTask(Validated):
         fails in a second, not after the whole dataset has been made."""
         return None if self.test_file is None else self.read_file(Path(self.test_file).expanduser())
 
-    @staticmethod
-    def _read_cache(path: Path, fields: tuple[str, ...] = ("tokens", "answer_mask", "keys")) -> dict[str, np.ndarray]:
-        with np.load(path) as cached:  # an npz reads only the members asked for
-            return {field: cached[field] for field in fields}
+    def pack(self, examples: Examples) -> dict[str, np.ndarray]:
+        """The arrays a cache file stores; tasks with a tighter code than `pack_tokens` override this and
+        `unpack`, which inverts it."""
+        return pack_tokens(examples)
 
-    @staticmethod
-    def _write_cache(path: Path, examples: Examples) -> None:
+    def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
+        return unpack_tokens(arrays)
+
+    def _read_cache(self, path: Path) -> Examples:
+        with np.load(path) as cached:
+            arrays = {name: cached[name] for name in cached.files}
+        if "tokens" in arrays:  # the generic layout, which every task can read (caches written before `pack`)
+            return unpack_tokens(arrays)
+        return self.unpack(arrays)
+
+    def _write_cache(self, path: Path, examples: Examples) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # concurrent writers (ranks, jobs) each replace it whole
-        # compact (one byte per token where the vocabulary allows, compressed): a paper-scale train split stays
-        # small enough to carry to a remote machine; Split.from_examples widens tokens back to int64
-        tokens = examples.tokens
-        if tokens.size and 0 <= tokens.min() and tokens.max() < 256:
-            tokens = tokens.astype(np.uint8)
-        np.savez_compressed(tmp, tokens=tokens, answer_mask=examples.answer_mask, keys=examples.keys)
+        np.savez_compressed(tmp, **self.pack(examples))
         tmp.replace(path)
 
     def load_splits(self) -> dict[str, Split]:
@@ -196,7 +213,7 @@ class PuzzleTask(Validated):
         from_file = self._read_test_file()
         path = self.cache_path()
         if path.exists():
-            examples = Examples(**self._read_cache(path))
+            examples = self._read_cache(path)
         else:
             examples = self._generate_unique(self.n_test + self.n_val + self.n_train)
             self._write_cache(path, examples)
@@ -235,16 +252,16 @@ class PuzzleTask(Validated):
         if from_file is not None:
             test = Split.from_examples(from_file)
             if full.exists():  # a file of training examples would measure memory: the check of load_splits
-                seen = set(self._read_cache(full, ("keys",))["keys"][self.n_test :].tolist())
+                seen = set(self._read_cache(full).keys[self.n_test :].tolist())
                 if any(key in seen for key in test.keys.tolist()):
                     raise DataFormatError("an example appears in both the train/val and test splits "
                                           f"(test_file={self.test_file})")
             return test
         if full.exists():
-            return Split.from_examples(Examples(**self._read_cache(full)).take(slice(0, self.n_test)))
+            return Split.from_examples(self._read_cache(full).take(slice(0, self.n_test)))
         alone = self.test_cache_path()
         if alone.exists():
-            return Split.from_examples(Examples(**self._read_cache(alone)))
+            return Split.from_examples(self._read_cache(alone))
         test = self._generate_test() if self.stable_prefix else None
         if test is None:
             return self.load_splits()["test"]

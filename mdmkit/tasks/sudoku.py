@@ -14,6 +14,7 @@ import torch
 from mdmkit.core.config import require
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
+from mdmkit.tasks.sudoku_codec import pack_puzzles, unpack_puzzles
 from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
@@ -57,6 +58,16 @@ class SudokuTask(PuzzleTask):
         answer_mask[:, _CELL_POSITIONS] = puzzles == 0
         keys = np.array([digest(p.astype(np.int8).tobytes()) for p in puzzles], dtype="S20")
         return Examples(serialize(solutions), answer_mask, keys)
+
+    def pack(self, examples: Examples) -> dict[str, np.ndarray]:
+        """Cached as ~27 bytes a puzzle (sudoku_codec): 400k paper-scale puzzles in ~9 MB instead of ~29."""
+        solutions = examples.tokens[:, _CELL_POSITIONS] + 1
+        return pack_puzzles(np.where(examples.answer_mask[:, _CELL_POSITIONS], 0, solutions), solutions)
+
+    def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
+        if set(arrays) != {"codes", "givens"}:
+            raise DataFormatError(f"a sudoku cache holds 'codes' and 'givens', this one {sorted(arrays)}")
+        return self._examples(*unpack_puzzles(arrays["codes"], arrays["givens"]))
 
     def generate(self, count: int, seed: int) -> Examples:
         puzzles, solutions = generate_puzzles(count, self.n_givens, seed, workers=self.workers, progress=True)
