@@ -195,9 +195,10 @@ class PuzzleTask(Validated):
     def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
         return unpack_tokens(arrays)
 
-    def _read_cache(self, path: Path) -> Examples:
+    def _read_cache(self, path: Path, rows: slice = slice(None)) -> Examples:
+        """The cached examples (only `rows` of them are unpacked: the test split is the head of a full cache)."""
         with np.load(path) as cached:
-            arrays = {name: cached[name] for name in cached.files}
+            arrays = {name: cached[name][rows] for name in cached.files}
         if "tokens" in arrays:  # the generic layout, which every task can read (caches written before `pack`)
             return unpack_tokens(arrays)
         return self.unpack(arrays)
@@ -258,7 +259,7 @@ class PuzzleTask(Validated):
                                           f"(test_file={self.test_file})")
             return test
         if full.exists():
-            return Split.from_examples(self._read_cache(full).take(slice(0, self.n_test)))
+            return Split.from_examples(self._read_cache(full, slice(0, self.n_test)))
         alone = self.test_cache_path()
         if alone.exists():
             return Split.from_examples(self._read_cache(alone))

@@ -52,7 +52,9 @@ class PuzzleDataModule(L.LightningDataModule):
         self.splits: dict[str, Split] | None = None
 
     def prepare_data(self) -> None:
-        self.task.load_splits()  # generates and caches once (rank 0), before the other ranks read the cache
+        # generates and caches once (rank 0), before the other ranks read the cache in `setup`; kept, so this
+        # process does not read the cache a second time
+        self.splits = self.task.load_splits()
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:

@@ -1,0 +1,112 @@
+"""Full-step accuracy of Sudoku checkpoints by the number of givens: where a model's remaining errors are.
+
+A test split with a range of givens (the paper's 24-36) mixes easy and hard puzzles; one accuracy hides which
+ones a model still fails, and so what more training has to buy. Each checkpoint samples its own test split
+with Top-1 (full step, `evaluate.py`'s path, so the overall accuracy is the evaluation's), counted per givens.
+
+    python scripts/sudoku_by_givens.py checkpoints/sudoku_paper.pt --out docs/results/sudoku_paper_by_givens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
+from mdmkit.evaluation.runner import sample_split
+from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.results import wilson_interval
+from mdmkit.samplers import TopKSampler
+
+
+def by_givens(checkpoint: str, ordering: str, limit: int | None, batch_size: int) -> dict[str, Any]:
+    """Correct / total per number of givens on the checkpoint's test split (its first `limit` puzzles)."""
+    trained = TrainedModel(checkpoint)
+    if trained.task.name != "sudoku":
+        raise SystemExit(f"{checkpoint} is a {trained.task.name} model: this script counts Sudoku givens")
+    test = trained.task.load_test().head(limit)
+    result = sample_split(trained.network(), trained.task, test, TopKSampler(k=1, ordering=ordering),
+                          batch_size=batch_size, progress=True)
+    givens = (81 - test.answer_mask.sum(1)).tolist()  # the answer positions are the blank cells
+    counts: dict[int, list[int]] = {}
+    for n_givens, good in zip(givens, result.correct.tolist()):
+        counts.setdefault(n_givens, [0, 0])[good] += 1
+    rows = {g: {"n": wrong + right, "correct": right, "accuracy": right / (wrong + right),
+                "ci95": list(wilson_interval(right, wrong + right))} for g, (wrong, right) in sorted(counts.items())}
+    return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy, "nfe_mean": float(result.nfe.mean()),
+            "by_givens": rows}
+
+
+def rows_by_givens(model: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A model's rows keyed by int givens, in order (JSON turns the keys into strings)."""
+    return {int(g): row for g, row in sorted(model["by_givens"].items(), key=lambda item: int(item[0]))}
+
+
+def plot(models: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model in models:
+        rows = rows_by_givens(model)
+        acc = [100 * r["accuracy"] for r in rows.values()]
+        # clamped: an interval's end can round to a hair inside its point (100% against 0.99999...)
+        low = [max(0.0, a - 100 * r["ci95"][0]) for a, r in zip(acc, rows.values())]
+        high = [max(0.0, 100 * r["ci95"][1] - a) for a, r in zip(acc, rows.values())]
+        ax.errorbar(list(rows), acc, yerr=[low, high], marker="o", capsize=3,
+                    label=f"{Path(model['checkpoint']).stem} ({100 * model['accuracy']:.1f}% overall)")
+    ax.set_xlabel("givens")
+    ax.set_ylabel("full-step accuracy (%), 95% interval")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str = "") -> str:
+    per_model = [rows_by_givens(m) for m in models]
+    givens = sorted({g for rows in per_model for g in rows})
+    header = ["givens", *(f"`{Path(m['checkpoint']).name}`" for m in models)]
+    rows = [[g, *(_cell(model_rows.get(g)) for model_rows in per_model)] for g in givens]
+    rows.append(["all", *(f"**{100 * m['accuracy']:.1f}%** ({m['n']})" for m in models)])
+    return "\n".join([
+        "# Full-step accuracy by the number of givens", "",
+        (f"Top-1 with the `{models[0]['ordering']}` ordering, EMA weights, each checkpoint on its own test split. "
+         f"Made by `{command}`; numbers in the JSON beside this page."), "",
+        f"![accuracy by givens]({figure})", "", markdown_table(header, rows, "r" * len(header)), "",
+        *([notes.strip(), ""] if notes.strip() else []),
+    ])
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    return "" if row is None else f"{100 * row['accuracy']:.1f}% ({row['correct']}/{row['n']})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoints", nargs="+")
+    parser.add_argument("--ordering", default="confidence", help="the Top-1 ordering (confidence, entropy, margin)")
+    parser.add_argument("--limit", type=int, default=None, help="the first LIMIT test puzzles (default: all)")
+    parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--out", type=Path, default=Path("docs/results/sudoku_by_givens"))
+    parser.add_argument("--notes", type=Path, help="a markdown file whose text ends the page (what the rows show)")
+    args = parser.parse_args()
+    models = [{**by_givens(c, args.ordering, args.limit, args.batch_size), "ordering": args.ordering}
+              for c in args.checkpoints]
+    command = command_line(__file__, sys.argv[1:])
+    page = Page(args.out)
+    page.file(".json").write_text(json.dumps({"command": command, **stamp(), "models": models}, indent=1) + "\n")
+    plot(models, page.file(".png"))
+    text = markdown(models, command, page.file(".png").name, args.notes.read_text() if args.notes else "")
+    page.file(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
