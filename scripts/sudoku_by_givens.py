@@ -40,9 +40,10 @@ def by_givens(checkpoint: str, ordering: str, limit: int | None, batch_size: int
     for n_givens, good in zip(givens, result.correct.tolist()):
         counts.setdefault(n_givens, [0, 0])[good] += 1
     rows = {g: {"n": wrong + right, "correct": right, "accuracy": right / (wrong + right),
-                "ci95": list(wilson_interval(right, wrong + right))} for g, (wrong, right) in sorted(counts.items())}
-    return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy, "nfe_mean": float(result.nfe.mean()),
-            "by_givens": rows}
+                "ci95": list(wilson_interval(right, wrong + right))}
+            for g, (wrong, right) in sorted(counts.items())}
+    return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy,
+            "nfe_mean": float(result.nfe.mean()), "by_givens": rows}
 
 
 def rows_by_givens(model: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -77,8 +78,8 @@ def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str
     rows.append(["all", *(f"**{100 * m['accuracy']:.1f}%** ({m['n']})" for m in models)])
     return "\n".join([
         "# Full-step accuracy by the number of givens", "",
-        (f"Top-1 with the `{models[0]['ordering']}` ordering, EMA weights, each checkpoint on its own test split. "
-         f"Made by `{command}`; numbers in the JSON beside this page."), "",
+        (f"Top-1 with the `{models[0]['ordering']}` ordering, EMA weights, each checkpoint on its own test "
+         f"split. Made by `{command}`; numbers in the JSON beside this page."), "",
         f"![accuracy by givens]({figure})", "", markdown_table(header, rows, "r" * len(header)), "",
         *([notes.strip(), ""] if notes.strip() else []),
     ])
@@ -91,17 +92,20 @@ def _cell(row: dict[str, Any] | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+")
-    parser.add_argument("--ordering", default="confidence", help="the Top-1 ordering (confidence, entropy, margin)")
+    parser.add_argument("--ordering", default="confidence",
+                        help="the Top-1 ordering (confidence, entropy, margin)")
     parser.add_argument("--limit", type=int, default=None, help="the first LIMIT test puzzles (default: all)")
     parser.add_argument("--batch-size", type=int, default=250)
     parser.add_argument("--out", type=Path, default=Path("docs/results/sudoku_by_givens"))
-    parser.add_argument("--notes", type=Path, help="a markdown file whose text ends the page (what the rows show)")
+    parser.add_argument("--notes", type=Path,
+                        help="a markdown file whose text ends the page (what the rows show)")
     args = parser.parse_args()
     models = [{**by_givens(c, args.ordering, args.limit, args.batch_size), "ordering": args.ordering}
               for c in args.checkpoints]
     command = command_line(__file__, sys.argv[1:])
     page = Page(args.out)
-    page.file(".json").write_text(json.dumps({"command": command, **stamp(), "models": models}, indent=1) + "\n")
+    record = {"command": command, **stamp(), "models": models}
+    page.file(".json").write_text(json.dumps(record, indent=1) + "\n")
     plot(models, page.file(".png"))
     text = markdown(models, command, page.file(".png").name, args.notes.read_text() if args.notes else "")
     page.file(".md").write_text(text)

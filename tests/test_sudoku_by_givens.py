@@ -36,13 +36,13 @@ def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: 
 
 def test_a_maze_checkpoint_is_refused_in_one_line() -> None:
     with pytest.raises(SystemExit, match="is a maze model"):
-        load_script().by_givens(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", limit=2, batch_size=2)
+        load_script().by_givens(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", 2, batch_size=2)
 
 
 def test_the_page_is_written(tmp_path: Path) -> None:
     out = tmp_path / "page"
-    done = subprocess.run([sys.executable, str(SCRIPT), SUDOKU_CKPT, "--limit", "8", "--out", str(out)], cwd=ROOT,
-                          check=False, capture_output=True, text=True, timeout=300,
+    command = [sys.executable, str(SCRIPT), SUDOKU_CKPT, "--limit", "8", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, check=False, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MDMKIT_CACHE_DIR": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((tmp_path / "page.json").read_text())

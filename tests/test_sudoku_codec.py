@@ -1,4 +1,4 @@
-"""The compact Sudoku encoding: exact round trips, loud failures on grids it cannot hold and on corrupt codes."""
+"""The compact Sudoku encoding: exact round trips, loud failures on unsolved grids and on corrupt codes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.sudoku_codec import decode_grids, encode_grids, pack_puzzles, unpack_puzzles
 from mdmkit.tasks.sudoku_generator import generate_puzzles
 
-SOLUTION = np.array([int(c) for c in "534678912672195348198342567859761423426853791713924856961537284287419635345286179"])
+SOLUTION = np.array([int(c) for c in "534678912672195348198342567859761423426853791713924856961537284"
+                                     "287419635345286179"])
 
 
 def variants(grid: np.ndarray) -> np.ndarray:
@@ -34,7 +35,7 @@ def test_distinct_grids_get_distinct_codes_and_decode_back() -> None:
     codes = encode_grids(grids)
     assert len({tuple(c) for c in codes.tolist()}) == len(grids)
     np.testing.assert_array_equal(decode_grids(codes), grids)
-    # the first cell holds digit 5, index 4 of the nine it may hold; the row's first code multiplies on from there
+    # the first cell holds digit 5: index 4 of the nine it may hold, the lowest place of the first code
     assert codes[0, 0] % 9 == 4
 
 
@@ -73,7 +74,7 @@ def choices(grid: np.ndarray, cells: range) -> int:
 def test_corrupt_codes_fail_loudly() -> None:
     codes = encode_grids(SOLUTION)
     past_the_end = codes.copy()
-    past_the_end[0, 0] += np.uint64(choices(SOLUTION, range(36)))  # decodes to the same digits, with 1 left over
+    past_the_end[0, 0] += np.uint64(choices(SOLUTION, range(36)))  # the same digits, with 1 left over
     with pytest.raises(DataFormatError, match="bits left"):
         decode_grids(past_the_end)
     garbage = codes.copy()

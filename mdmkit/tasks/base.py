@@ -196,7 +196,7 @@ class PuzzleTask(Validated):
         return unpack_tokens(arrays)
 
     def _read_cache(self, path: Path, rows: slice = slice(None)) -> Examples:
-        """The cached examples (only `rows` of them are unpacked: the test split is the head of a full cache)."""
+        """The cached examples; only `rows` of them are unpacked (the test split heads a full cache)."""
         with np.load(path) as cached:
             arrays = {name: cached[name][rows] for name in cached.files}
         if "tokens" in arrays:  # the generic layout, which every task can read (caches written before `pack`)

@@ -1,7 +1,7 @@
 """A compact, exact encoding of Sudoku puzzles: about 27 bytes each instead of 89 + 89 + 20.
 
-A solved grid is written cell by cell in row-major order as a mixed-radix number: each cell stores the index of
-its digit among the digits its row, column and box still allow, with that count as the radix. A random grid
+A solved grid is written cell by cell in row-major order as a mixed-radix number: each cell stores the index
+of its digit among the digits its row, column and box still allow, with that count as the radix. A random grid
 needs ~82 bits so, and at most ~111 by a counting bound: rows 0-3 allow at most 9!·86400·216·155520 < 2^60
 choices and rows 4-8 at most 75000·24576·4374·256 < 2^51, so each half fits one uint64. The givens are a
 packed 81-bit mask. Decoding is vectorised over puzzles (81 numpy steps): the 400k paper-scale puzzles shrink
@@ -39,7 +39,7 @@ def _use(used: np.ndarray, cell: int, bits: np.ndarray) -> None:
 
 
 def encode_grids(grids: np.ndarray) -> np.ndarray:
-    """[n, 81] solved grids (digits 1..9) -> [n, 2] uint64 codes; a ValueError for a grid that is not solved."""
+    """[n, 81] solved grids (digits 1..9) -> [n, 2] uint64 codes; a ValueError for a grid not solved."""
     grids = np.asarray(grids).reshape(-1, 81).astype(np.int64)
     if grids.size and (grids.min() < 1 or grids.max() > 9):
         raise ValueError("a solved sudoku grid holds digits 1..9 only")
@@ -52,7 +52,8 @@ def encode_grids(grids: np.ndarray) -> np.ndarray:
             bit = 1 << (grids[:, cell] - 1)
             if not (allowed & bit).all():
                 bad = int(np.flatnonzero(allowed & bit == 0)[0])
-                raise ValueError(f"grid {bad} is not a solved sudoku: cell {cell} repeats a digit of its row, column or box")
+                raise ValueError(f"grid {bad} is not a solved sudoku: cell {cell} repeats a digit of its "
+                                 "row, column or box")
             codes[:, half] += _POPCOUNT[allowed & (bit - 1)] * scale
             scale *= _POPCOUNT[allowed]
             _use(used, cell, bit)
@@ -60,7 +61,7 @@ def encode_grids(grids: np.ndarray) -> np.ndarray:
 
 
 def decode_grids(codes: np.ndarray) -> np.ndarray:
-    """[n, 2] uint64 codes -> [n, 81] int8 grids; a DataFormatError where a code is not one `encode_grids` made."""
+    """[n, 2] uint64 codes -> [n, 81] int8 grids; a DataFormatError for a code `encode_grids` did not make."""
     codes = np.array(codes, dtype=np.uint64).reshape(-1, 2)
     used = np.zeros((27, len(codes)), dtype=np.int64)
     grids = np.empty((len(codes), 81), dtype=np.int8)
@@ -70,18 +71,20 @@ def decode_grids(codes: np.ndarray) -> np.ndarray:
             allowed = _allowed(used, cell)
             radix = _POPCOUNT[allowed]
             if not radix.all():  # only a corrupt code leads to a cell with no digit left
-                raise DataFormatError(f"sudoku code {int(np.flatnonzero(radix == 0)[0])} is corrupt: no digit fits cell {cell}")
+                row = int(np.flatnonzero(radix == 0)[0])
+                raise DataFormatError(f"sudoku code {row} is corrupt: no digit fits cell {cell}")
             position = _NTH[allowed, (rest % radix).astype(np.int64)]
             rest //= radix
             grids[:, cell] = position + 1
             _use(used, cell, 1 << position.astype(np.int64))
         if rest.any():  # a code larger than its half's choices: not made by encode_grids
-            raise DataFormatError(f"sudoku code {int(np.flatnonzero(rest)[0])} is corrupt: bits left after decoding")
+            row = int(np.flatnonzero(rest)[0])
+            raise DataFormatError(f"sudoku code {row} is corrupt: bits left after decoding")
     return grids
 
 
 def pack_puzzles(puzzles: np.ndarray, solutions: np.ndarray) -> dict[str, np.ndarray]:
-    """Puzzles (0 = blank) and their solutions as {"codes": [n, 2] uint64, "givens": [n, 11] uint8 bit mask}."""
+    """Puzzles (0 = blank) and their solutions as {"codes": [n, 2] uint64, "givens": [n, 11] uint8 bits}."""
     puzzles, solutions = np.asarray(puzzles).reshape(-1, 81), np.asarray(solutions).reshape(-1, 81)
     given = puzzles > 0
     if not (puzzles[given] == solutions[given]).all():
