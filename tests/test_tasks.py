@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, compose_config
 
+from mdmkit.core.config import build
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Split, assert_disjoint, pack_tokens
 from mdmkit.tasks.maze import MazeTask
@@ -193,3 +195,13 @@ def test_maze_cells_answer_marks_exactly_the_path_cells(tmp_path: Path) -> None:
     wrong = cells.tokens.clone()
     wrong[:, as_cells.answer_start] = on + as_cells.vocab.index("[OFF]") - wrong[:, as_cells.answer_start]  # flip cell 0
     assert not as_cells.score(wrong, cells.tokens, cells.answer_mask).any()
+
+
+def test_the_runbooks_carried_cache_is_the_paper_experiments() -> None:
+    """The device runbook carries runs/cache/<this name> to skip making the paper split: a change to the
+    experiment's data settings changes the name, and the runbook must follow (else the leg remakes the data)."""
+    task = build(compose_config("train", ["experiment=sudoku_paper"]).task, "task")
+    name = task.cache_path().name
+    assert name == "sudoku-05f9e5d005b74597.npz"
+    runbook = ROOT / "docs" / "results" / "notes" / "paper_device_legs.md"
+    assert f"runs/cache/{name}" in runbook.read_text()
