@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     description = (f"Model: {models}, the 0.8M-parameter CPU model trained with "
                    "`python train.py experiment=arithmetic_mdm`. Test: the arithmetic task's 1000 problems (3 "
                    "operations on 0-9, left to right: a prompt such as `8*6+5+2:`, then 32 answer positions for "
-                   "the chain of thought, `#`, the result and `$` padding), scored on the final answer. NFE and computed tokens per example are counted up to the end token "
+                   "the chain of thought, `#`, the result and `$` padding), scored on the final answer. NFE and "
+                   "computed tokens per example are counted up to the end token "
                    "`$` (rows stop early once it is settled).")
     source = {"results_file": str(shown), "commands": [shlex.join(c) for c in commands],
               "description": [description] if accuracy else []}

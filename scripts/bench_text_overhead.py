@@ -1,4 +1,6 @@
-"""Sampler overhead per step on text models, as a share of one forward at batch 8 (`docs/results/sampler_overhead_text.*`).
+"""Sampler overhead per step on text models, as a share of one forward at batch 8.
+
+Written to `docs/results/sampler_overhead_text.*`.
 
     python scripts/bench_text_overhead.py                     # every text network, 3 trials
     python scripts/bench_text_overhead.py --networks bert-gsm8k --trials 1 --steps 3 --out /tmp/quick

@@ -6,7 +6,8 @@ reports (1) how many masked cells fall under each entropy level at the first ste
 gets wrong, the step of its first wrong reveal and whether the free (highest-entropy) token of that step's set is
 wrong, and whether it is the only wrong one.
 
-    python scripts/eb_mechanism.py checkpoints/sudoku_mdm.pt --gammas 1e-5 1e-3 0.1 --out docs/results/sudoku_eb_mechanism
+    python scripts/eb_mechanism.py checkpoints/sudoku_mdm.pt --gammas 1e-5 1e-3 0.1 \
+        --out docs/results/sudoku_eb_mechanism
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def first_wrong_reveals(trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tens
             if wrong.any():
                 free = torch.where(revealed, entropies, float("-inf")).argmax()
                 found.append({"row": row, "step": step, "revealed": int(revealed.sum()), "wrong": int(wrong.sum()),
-                              "free_is_wrong": bool(wrong[free]), "only_free_wrong": bool(wrong[free]) and int(wrong.sum()) == 1,
+                              "free_is_wrong": bool(wrong[free]),
+                              "only_free_wrong": bool(wrong[free]) and int(wrong.sum()) == 1,
                               "free_entropy": float(entropies[free])})
                 break
     return found

@@ -123,7 +123,8 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
         forward = seconds(lambda: network(prompts))
         pass_ = seconds(lambda: scorer(masked, logits, hidden))
     return {"batch": len(prompts), "forward_s": forward, "indicator_s": pass_,
-            "measured_share": pass_ / forward, "parameter_share": num_parameters(scorer.indicator) / num_parameters(network)}
+            "measured_share": pass_ / forward,
+            "parameter_share": num_parameters(scorer.indicator) / num_parameters(network)}
 
 
 def main(argv: list[str] | None = None) -> int:

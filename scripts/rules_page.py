@@ -45,7 +45,8 @@ def family_table(rows: list[dict], reference: float) -> list[dict]:
             "nfe_min": min(float(r["nfe_mean"]) for r in own), "nfe_max": max(float(r["nfe_mean"]) for r in own),
             "lowest_nfe_98": None if keep is None else keep.nfe,
             "lowest_nfe_98_accuracy": None if keep is None else keep.accuracy,
-            "lowest_nfe_98_setting": None if keep is None else pareto.sampler_label((keep.payload or {}).get("sampler")),
+            "lowest_nfe_98_setting": (None if keep is None
+                                      else pareto.sampler_label((keep.payload or {}).get("sampler"))),
         })
     return entries
 
@@ -67,8 +68,9 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
            f"{100 * reference:.1f}%; 98% of it: {98 * reference:.1f}%."), "",
           f"![accuracy vs NFE]({Path(source).with_suffix('.png').name})", "",
           "## Ranked by AUP", "",
-          ("AUP: area under accuracy (%) vs tokens per forward, each point weighted by min(exp(-3 (1 - y / y_max)), 1), "
-           "points more than 5 points below the family's lowest-parallelism accuracy left out (d3LLM; "
+          ("AUP: area under accuracy (%) vs tokens per forward, each point weighted by "
+           "min(exp(-3 (1 - y / y_max)), 1), points more than 5 points below the family's lowest-parallelism "
+           "accuracy left out (d3LLM; "
            "`mdmkit/analysis/aup.py`). y_max is the best accuracy on this page."), "",
           markdown_table(["rank", "family", "AUP", "best accuracy", "NFE range", "runs"],
                          [[i + 1, e["family"], f"{e['aup']:.1f}", f"{100 * e['best_accuracy']:.1f}%",
@@ -81,7 +83,8 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
                            _ratio(entries, e)] for i, e in enumerate(by_nfe)]), ""]
     if oracle is not None and oracle["lowest_nfe_98"] is not None:
         md += [(f"The oracle floor of the full-step trajectory is {oracle['nfe_min']:.2f} NFE at "
-                f"{100 * oracle['best_accuracy']:.1f}%. Families that never reach 98% of full-step accuracy show —."), ""]
+                f"{100 * oracle['best_accuracy']:.1f}%. Families that never reach 98% of full-step accuracy "
+                "show —."), ""]
     return md
 
 

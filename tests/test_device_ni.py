@@ -21,7 +21,8 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained
     trained.mkdir()
     shutil.copy(ROOT / "checkpoints" / "sudoku_mdm.pt", trained / "sudoku.pt")
     environment = {
-        **os.environ, "TRAINED": str(trained), "OUT": str(out), "WORK": str(tmp_path / "work"), "PYTHON": sys.executable,
+        **os.environ, "TRAINED": str(trained), "OUT": str(out), "WORK": str(tmp_path / "work"),
+        "PYTHON": sys.executable,
         "DEVICE": "cpu", "MDMKIT_CACHE_DIR": str(tmp_path), "WHEELS": str(tmp_path),
         "NI_ARGS": "--limit 4 --batch-size 4 --epsilons 0.9",
         "EXTRA": "task.n_train=300 task.n_val=40 task.n_test=40 task.workers=1 trajectories.n_examples=16 "

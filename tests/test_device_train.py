@@ -59,10 +59,12 @@ def test_legs_resume_from_what_comes_back_or_warm_restart_from_the_model(tmp_pat
     shutil.unpack_archive(tmp_path / "out3" / "tiny.tgz", fourth / "docs" / "results" / "runs")
     assert "warm restart from checkpoints/tiny.pt into runs/tiny/leg2" in leg(fourth, tmp_path / "out4", steps=2)
     started = torch.load(third / "checkpoints" / "tiny.pt", weights_only=False)
-    assert started["config"]["model"] == torch.load(tmp_path / "out3" / "tiny.pt", weights_only=False)["config"]["model"]
+    came_back = torch.load(tmp_path / "out3" / "tiny.pt", weights_only=False)
+    assert started["config"]["model"] == came_back["config"]["model"]
 
 
 @pytest.mark.parametrize("args", [[], ["tiny"]])
 def test_too_few_arguments_print_the_usage(tmp_path: Path, args: list[str]) -> None:
-    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          check=False)
     assert done.returncode == 2 and "scripts/device_train.sh NAME MAX_TIME" in done.stdout

@@ -158,7 +158,8 @@ def test_lm_evals_padding_copies_are_answered_once_and_not_counted(masked_dir):
 
 def test_a_generation_is_its_text_and_keeps_its_nfe_through_pickling():
     made = Generation("The answer is 4.", 7, 5)
-    assert made == "The answer is 4." and made.strip() == "The answer is 4." and json.dumps(made) == '"The answer is 4."'
+    assert made == "The answer is 4." and made.strip() == "The answer is 4."
+    assert json.dumps(made) == '"The answer is 4."'
     again = pickle.loads(pickle.dumps(made))  # rank gathers and lm-eval's response cache pickle answers
     assert (again, again.nfe, again.nfe_to_stop, type(again)) == (made, 7, 5, Generation)
     assert type(made)("gold").nfe is None  # lm-eval builds answer-typed strings from other text

@@ -51,7 +51,8 @@ def test_corruption_masks_only_answer_positions_with_rate_t() -> None:
     assert (c.noisy[c.masked] == MASK).all()
     assert ((c.t >= 1e-3) & (c.t <= 1)).all()
     big_tokens = torch.zeros(4000, 50, dtype=torch.long)
-    big = loss.corrupt(big_tokens, torch.ones_like(big_tokens, dtype=torch.bool), MASK, torch.Generator().manual_seed(1))
+    everywhere = torch.ones_like(big_tokens, dtype=torch.bool)
+    big = loss.corrupt(big_tokens, everywhere, MASK, torch.Generator().manual_seed(1))
     rate = big.masked.float().mean(1)
     assert torch.allclose(rate, big.t, atol=0.25)
     assert abs(float((rate - big.t).mean())) < 0.01  # each position masked with probability t

@@ -49,8 +49,8 @@ with initialize_config_module("mdmkit.conf", version_base="1.3"):  # composed on
     PRESETS = {p.stem: sampler_preset(p.stem) for p in sorted((ROOT / "conf" / "sampler").glob("*.yaml"))}
 OPTIONS = [name for name, preset in PRESETS.items() if isinstance(build(preset, name), MaskedSampler)]
 # a budget fixed by the schedule: the same NFE whatever the cache (adaptive rules read the approximate logits)
-SCHEDULED = {name for name in OPTIONS
-             if isinstance(build(PRESETS[name], name), (TopKSampler, StepsSampler, DreamStepsSampler, RevealAllSampler))}
+SCHEDULED_TYPES = (TopKSampler, StepsSampler, DreamStepsSampler, RevealAllSampler)
+SCHEDULED = {name for name in OPTIONS if isinstance(build(PRESETS[name], name), SCHEDULED_TYPES)}
 
 
 def settings(option: str) -> dict[str, object]:

@@ -93,7 +93,8 @@ def test_an_inconsistent_reference_is_rejected() -> None:
         oracle_floor(Dependent(TARGET, {}), prompts, reference, MASK)
 
 
-def replay(net: torch.nn.Module, prompt: torch.Tensor, reference: Sampled, row: int, groups: list[list[int]]) -> torch.Tensor:
+def replay(net: torch.nn.Module, prompt: torch.Tensor, reference: Sampled, row: int,
+           groups: list[list[int]]) -> torch.Tensor:
     """Reveal each merged group's positions with the network's argmax at that pass (one pass per group)."""
     state = prompt.clone()
     for group in groups:

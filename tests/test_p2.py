@@ -120,7 +120,8 @@ def test_remasking_happens_exactly_when_eta_crosses_the_threshold(eta: float, re
     out = P2Sampler(steps=3, eta=eta).sample(ForwardCounter(net, 1), torch.full((1, 3), MASK), MASK)
     assert out.tokens.tolist() == [[0, 1, 2]]
     assert [s.tolist() for s in net.seen] == (
-        [[[MASK] * 3], [[0, MASK, MASK]], [[MASK, 1, 2]]] if remasked else [[[MASK] * 3], [[0, MASK, MASK]], [[0, 1, MASK]]]
+        [[[MASK] * 3], [[0, MASK, MASK]], [[MASK, 1, 2]]] if remasked
+        else [[[MASK] * 3], [[0, MASK, MASK]], [[0, 1, MASK]]]
     )
     assert out.reveal_step.tolist() == ([[2, 1, 1]] if remasked else [[0, 1, 2]])
     assert out.partition(0) == ([[], [1, 2], [0]] if remasked else [[0], [1], [2]])

@@ -51,7 +51,8 @@ def shown_x_labels(ax) -> list[str]:
     """The non-empty x tick labels inside the view (labels of ticks outside it are not drawn)."""
     ax.figure.canvas.draw()
     low, high = ax.get_xlim()
-    return [t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text() and low <= t.get_position()[0] <= high]
+    labels = ax.get_xticklabels(which="both")
+    return [t.get_text() for t in labels if t.get_text() and low <= t.get_position()[0] <= high]
 
 
 def scientific(texts: list[str]) -> list[str]:

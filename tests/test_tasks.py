@@ -193,7 +193,8 @@ def test_maze_cells_answer_marks_exactly_the_path_cells(tmp_path: Path) -> None:
         assert sorted(path) == marked
     assert as_cells.score(cells.tokens, cells.tokens, cells.answer_mask).all()
     wrong = cells.tokens.clone()
-    wrong[:, as_cells.answer_start] = on + as_cells.vocab.index("[OFF]") - wrong[:, as_cells.answer_start]  # flip cell 0
+    flipped = on + as_cells.vocab.index("[OFF]") - wrong[:, as_cells.answer_start]
+    wrong[:, as_cells.answer_start] = flipped  # flip cell 0
     assert not as_cells.score(wrong, cells.tokens, cells.answer_mask).any()
 
 

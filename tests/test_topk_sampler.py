@@ -53,7 +53,8 @@ def test_temperature_sampling_matches_the_distribution() -> None:
     net = FixedDistribution(CONF)
     prompt = torch.full((4000, L), MASK)
     prompt[:, 1:] = 0  # only position 0 is masked: a single draw from its distribution
-    out = TopKSampler(k=1, temperature=1.0).sample(ForwardCounter(net, 4000), prompt, MASK, torch.Generator().manual_seed(0)).tokens
+    sampler = TopKSampler(k=1, temperature=1.0)
+    out = sampler.sample(ForwardCounter(net, 4000), prompt, MASK, torch.Generator().manual_seed(0)).tokens
     frequency = (out[:, 0] == 0).float().mean()
     assert abs(float(frequency) - CONF[0]) < 0.03
     assert (out[:, 0] != MASK).all()

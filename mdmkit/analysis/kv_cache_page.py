@@ -214,11 +214,13 @@ def figure(accuracy: Sequence[Mapping[str, Any]], speed: Sequence[Mapping[str, A
 
 def _speed_setup(speed: Mapping[str, Any]) -> str:
     setup, net = speed["setup"], speed["network"]
-    return (f"Timed by `{speed['command']}` ({speed['date']}). Network: `DiffusionLM` with LLaDA's settings and random weights, {net['parameters'] / 1e6:.1f}M "
-            f"parameters (d_model {net['d_model']}, {net['n_layers']} layers, {net['n_heads']} heads, SwiGLU "
+    return (f"Timed by `{speed['command']}` ({speed['date']}). Network: `DiffusionLM` with LLaDA's settings and "
+            f"random weights, {net['parameters'] / 1e6:.1f}M parameters (d_model {net['d_model']}, "
+            f"{net['n_layers']} layers, {net['n_heads']} heads, SwiGLU "
             f"{net['mlp_hidden']}, vocabulary {net['vocab_size']}). Canvas: prompt {setup['prompt']} + answer "
             f"{setup['answer']} tokens; `{setup['sampler']}`: {setup['nfe_per_row']} forwards per row in every "
-            f"mode. {setup.get('dtype', 'float32')} on {setup.get('device', 'cpu')}, {speed['threads']} threads, `torch.no_grad`; a warm-up generation per mode, then "
+            f"mode. {setup.get('dtype', 'float32')} on {setup.get('device', 'cpu')}, {speed['threads']} threads, "
+            "`torch.no_grad`; a warm-up generation per mode, then "
             f"{setup['repeats']} rounds (each times one whole generation per batch and mode, modes rotated); "
             "median and range over rounds. Speed-up = none's time / this mode's within a round, median of rounds. "
             "Time in forwards: the network's share of the wall clock (the rest is the sampler loop).")

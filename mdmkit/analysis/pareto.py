@@ -106,8 +106,9 @@ def _jsonl_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_rows(paths: Iterable[str | Path], kinds: Sequence[str] | None = DEFAULT_KINDS) -> list[dict[str, Any]]:
     """Merge rows from JSONL files and directories (every `*.jsonl` below, recursively), keep `kinds` (None:
-    all), fill a missing `family` (from the sampler config), and de-duplicate by `dedup_key`, keeping the latest by `time` (on equal times,
-    the one read last). Files are read in the order given, directories in sorted path order."""
+    all), fill a missing `family` (from the sampler config), and de-duplicate by `dedup_key`, keeping the latest
+    by `time` (on equal times, the one read last). Files are read in the order given, directories in sorted
+    path order."""
     kept: dict[tuple, dict[str, Any]] = {}
     for file in _jsonl_files(paths):
         for row in read_records(file):

@@ -103,8 +103,10 @@ def _launcher_env() -> dict[str, str]:
         os.environ.update({
             "RANK": os.environ["SLURM_PROCID"], "WORLD_SIZE": os.environ["SLURM_NTASKS"],
             "LOCAL_RANK": os.environ.get("SLURM_LOCALID", "0"),
-            "MASTER_ADDR": os.environ.get("MASTER_ADDR") or first_host(os.environ.get("SLURM_JOB_NODELIST", "127.0.0.1")),
-            "MASTER_PORT": os.environ.get("MASTER_PORT") or str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 40000),
+            "MASTER_ADDR": os.environ.get("MASTER_ADDR")
+            or first_host(os.environ.get("SLURM_JOB_NODELIST", "127.0.0.1")),
+            "MASTER_PORT": os.environ.get("MASTER_PORT")
+            or str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 40000),
         })
         return dict(os.environ)
     return {}

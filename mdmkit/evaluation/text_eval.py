@@ -37,7 +37,8 @@ def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> Te
         network, tokenizer = load_causal_lm(name_or_path, trust_remote_code=config.trust_remote_code,
                                             dtype=config.dtype, device=device)
     else:
-        network, tokenizer = load_masked_diffusion(name_or_path, config.kind, trust_remote_code=config.trust_remote_code,
+        network, tokenizer = load_masked_diffusion(name_or_path, config.kind,
+                                                   trust_remote_code=config.trust_remote_code,
                                                    dtype=config.dtype, device=device)
     return TextModel(network, tokenizer, config.max_length)
 

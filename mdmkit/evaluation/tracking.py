@@ -48,7 +48,8 @@ def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output
     try:
         table = wandb.Table(columns=COLUMNS, data=table_rows(rows))
         logged = {"results": table,
-                  "accuracy_vs_nfe": wandb.plot.scatter(table, "nfe_mean", "accuracy", title=f"{name}: accuracy vs NFE")}
+                  "accuracy_vs_nfe": wandb.plot.scatter(table, "nfe_mean", "accuracy",
+                                                        title=f"{name}: accuracy vs NFE")}
         aups = aup_rows(rows)
         if aups:
             logged["aup_by_family"] = wandb.Table(columns=["family", "aup"], data=aups)

@@ -33,7 +33,8 @@ def machine() -> str:
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, {torch.get_num_threads()} threads"
+    processor = platform.processor() or platform.machine()
+    return f"{processor}, {os.cpu_count()} CPU cores, {torch.get_num_threads()} threads"
 
 
 def canonical(value: Any) -> str:

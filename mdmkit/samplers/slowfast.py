@@ -207,7 +207,8 @@ class SlowFastSampler(Sampler):
         cycles.settled[slow] = stable | (cycles.explored[slow] + 1 >= self.explore_steps)
 
     def _forward(self, network: ForwardCounter, canvas: Canvas, rows: torch.Tensor, state: torch.Tensor,
-                 candidates: torch.Tensor, in_span: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 candidates: torch.Tensor, in_span: torch.Tensor,
+                 cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward of `rows`; returns the chosen tokens and their confidences [R, L] at the `candidates` (the
         block's masks; elsewhere mask and 0). Rows `cut` run the canvas only up to their span's last position (the
         forward is as wide as the widest row; the rest is hidden)."""

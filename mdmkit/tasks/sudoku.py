@@ -40,7 +40,8 @@ class SudokuTask(PuzzleTask):
     def validate(self) -> None:
         super().validate()
         lo, hi = (self.n_givens, self.n_givens) if isinstance(self.n_givens, int) else self.n_givens
-        require(17 <= lo <= hi <= 80, f"n_givens={self.n_givens} must lie in [17, 80] (17 is the minimum for uniqueness)")
+        require(17 <= lo <= hi <= 80,
+                f"n_givens={self.n_givens} must lie in [17, 80] (17 is the minimum for uniqueness)")
 
     @property
     def vocab(self) -> tuple[str, ...]:
