@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +37,18 @@ def by_givens(checkpoint: str, ordering: str, limit: int | None, batch_size: int
     result = sample_split(trained.network(), trained.task, test, TopKSampler(k=1, ordering=ordering),
                           batch_size=batch_size, progress=True)
     givens = (81 - test.answer_mask.sum(1)).tolist()  # the answer positions are the blank cells
-    counts: dict[int, list[int]] = {}
-    for n_givens, good in zip(givens, result.correct.tolist()):
-        counts.setdefault(n_givens, [0, 0])[good] += 1
-    rows = {g: {"n": wrong + right, "correct": right, "accuracy": right / (wrong + right),
-                "ci95": list(wilson_interval(right, wrong + right))}
-            for g, (wrong, right) in sorted(counts.items())}
+    total = Counter(givens)
+    solved = Counter(g for g, good in zip(givens, result.correct.tolist()) if good)
+    rows = {g: {"n": total[g], "correct": solved[g], "accuracy": solved[g] / total[g],
+                "ci95": list(wilson_interval(solved[g], total[g]))} for g in sorted(total)}
     return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy,
             "nfe_mean": float(result.nfe.mean()), "by_givens": rows}
-
-
-def rows_by_givens(model: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """A model's rows keyed by int givens, in order (JSON turns the keys into strings)."""
-    return {int(g): row for g, row in sorted(model["by_givens"].items(), key=lambda item: int(item[0]))}
 
 
 def plot(models: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for model in models:
-        rows = rows_by_givens(model)
+        rows = model["by_givens"]
         acc = [100 * r["accuracy"] for r in rows.values()]
         # clamped: an interval's end can round to a hair inside its point (100% against 0.99999...)
         low = [max(0.0, a - 100 * r["ci95"][0]) for a, r in zip(acc, rows.values())]
@@ -71,10 +65,9 @@ def plot(models: list[dict[str, Any]], path: Path) -> None:
 
 
 def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str = "") -> str:
-    per_model = [rows_by_givens(m) for m in models]
-    givens = sorted({g for rows in per_model for g in rows})
+    givens = sorted({g for m in models for g in m["by_givens"]})
     header = ["givens", *(f"`{Path(m['checkpoint']).name}`" for m in models)]
-    rows = [[g, *(_cell(model_rows.get(g)) for model_rows in per_model)] for g in givens]
+    rows = [[g, *(_cell(m["by_givens"].get(g)) for m in models)] for g in givens]
     rows.append(["all", *(f"**{100 * m['accuracy']:.1f}%** ({m['n']})" for m in models)])
     return "\n".join([
         "# Full-step accuracy by the number of givens", "",
