@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from mdmkit.core.errors import DataFormatError
+from mdmkit.tasks.sudoku_generator import UNITS_OF
 
-_CELLS = np.arange(81)
-_UNITS = np.stack([_CELLS // 9, 9 + _CELLS % 9, 18 + _CELLS // 27 * 3 + _CELLS % 9 // 3], axis=1)  # [81, 3]
+_UNITS = np.array(UNITS_OF)  # [81, 3]: each cell's row, column and box as indices into 27 unit masks
 _HALVES = (range(36), range(36, 81))  # rows 0-3 and rows 4-8: one uint64 code each (bounds above)
 _POPCOUNT = np.array([m.bit_count() for m in range(512)], dtype=np.uint64)
 # _NTH[mask, i]: the bit position (digit - 1) of the i-th set bit of mask, for the digits a cell still allows

@@ -28,7 +28,7 @@ _PEERS = tuple(
     for i in range(81)
 )
 # A cell's row, column and box as indices into one list of 27 unit masks (rows, then columns, then boxes).
-_UNITS_OF = tuple((_ROW[i], 9 + _COL[i], 18 + _BOX[i]) for i in range(81))
+UNITS_OF = tuple((_ROW[i], 9 + _COL[i], 18 + _BOX[i]) for i in range(81))
 # The other cells of each of a cell's three units, for the hidden-single test.
 _UNIT_MATES = tuple(
     tuple(tuple(j for j in range(81) if j != i and unit[j] == unit[i]) for unit in (_ROW, _COL, _BOX))
@@ -171,7 +171,7 @@ def _random_grid(rng: np.random.Generator) -> list[int]:
 
 def _allowed(given: list[int], cell: int) -> int:
     """Candidates of a blank cell: the digits not given anywhere in its row, column or box."""
-    r, c, b = _UNITS_OF[cell]
+    r, c, b = UNITS_OF[cell]
     return _ALL & ~(given[r] | given[c] | given[b])
 
 
@@ -220,7 +220,7 @@ def _dig(grid: list[int], order: Iterable[int], n_givens: int) -> list[int] | No
         if givens == n_givens:
             break
         bit = 1 << (grid[cell] - 1)
-        units = _UNITS_OF[cell]
+        units = UNITS_OF[cell]
         for u in units:
             given[u] ^= bit
         puzzle[cell] = 0
