@@ -103,6 +103,8 @@ class PuzzleTask(Validated):
     # generate(m, seed) is the first m examples of generate(n, seed) for every m <= n: the test split, the head of
     # `_generate_unique`'s first round, can then be made without train and val (`load_test`)
     stable_prefix: ClassVar[bool] = False
+    # what `augment` draws from (data.augment=true), in words; None: the task defines no symmetries
+    symmetries: ClassVar[str | None] = None
 
     n_train: int = 100_000
     n_val: int = 1_000
@@ -141,6 +143,12 @@ class PuzzleTask(Validated):
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Bool [B]: whether each predicted sequence solves its puzzle."""
         raise NotImplementedError
+
+    def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training examples ([B, L] complete answers and their answer masks) each under a random symmetry that
+        keeps it a valid example of the same difficulty; tasks with `symmetries` define it."""
+        raise NotImplementedError(f"task {self.name} defines no symmetries")
 
     def sample_metrics(self, predicted: torch.Tensor) -> dict[str, Any]:
         """Quality measures of a whole split's samples beyond accuracy (text: spelling, entropy); none here."""

@@ -16,6 +16,7 @@ from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.sudoku_codec import pack_puzzles, unpack_puzzles
 from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
+from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
 _CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
@@ -36,6 +37,7 @@ class SudokuTask(PuzzleTask):
 
     n_givens: int | tuple[int, int] = 36
     stable_prefix = True  # puzzle i depends on (seed, i) only: evaluation makes the test split alone
+    symmetries = "digit relabelling, band/stack and row/column permutations, transposition (~1.2e12)"
 
     def validate(self) -> None:
         super().validate()
@@ -93,6 +95,14 @@ class SudokuTask(PuzzleTask):
         if not puzzles:
             raise DataFormatError(f"{path}: no puzzles found")
         return self._examples(np.stack(puzzles), np.stack(solutions))
+
+    def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        cells = torch.from_numpy(_CELL_POSITIONS)
+        grids, blanks = random_symmetries(tokens[:, cells], answer_mask[:, cells], generator)
+        tokens, answer_mask = tokens.clone(), answer_mask.clone()  # the end-of-line tokens stay where they are
+        tokens[:, cells], answer_mask[:, cells] = grids, blanks
+        return tokens, answer_mask
 
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """A prediction counts if its grid is a valid Sudoku and keeps every given."""

@@ -48,6 +48,10 @@ def check_run(cfg: DictConfig) -> None:
     data = cfg.data
     require(data.batch_size >= 1 and data.eval_batch_size >= 1, "data.batch_size and data.eval_batch_size must be >= 1")
     require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    augment = data.get("augment", False)
+    require(isinstance(augment, bool), f"data.augment={augment} must be true or false")
+    require(not augment or cfg.get("indicator") is None,
+            "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
@@ -67,6 +71,8 @@ def check_components(config: dict[str, Any]) -> None:
     from mdmkit.io.checkpoint import build_model_spec, build_task
 
     task = build_task(config)
+    require(not config["data"].get("augment") or task.symmetries is not None,
+            f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku does)")
     build_model_spec(config, task)
     build(config["objective"], "objective")
     build(_light(config["optim"]), "optim")

@@ -148,8 +148,11 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     if cfg.get("init_from") is not None and cfg.ckpt_path is None:  # a resume restores its own weights
         start_from(module, cfg.init_from)
     build_sampler(to_container(cfg.sampler))  # checked now: a bad value must not wait for the end of training
-    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed)
+    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
+                                  data.get("augment", False))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
+    if datamodule.augment:
+        banner += f" | augmented by {module.task.symmetries}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
