@@ -55,11 +55,15 @@ def run_legs(run_dir: Path) -> list[Path]:
 
 
 def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
-    """The newest `kind: train` record of `leg`'s model.pt. Matched by the path's tail from the run's name on:
-    a leg trained on another machine recorded its path there."""
+    """`leg`'s model.pt as its newest `kind: train` record says (steps, test), with the minutes of every call
+    that trained it (a leg resumed by a second call records twice) and how its first call `started`. Matched by
+    the path's tail from the run's name on: a leg trained on another machine recorded its path there."""
     tail = (run_dir.resolve().name, *leg.resolve().relative_to(run_dir.resolve()).parts, "model.pt")
     matching = [r for r in records if r.get("kind") == "train" and Path(r["checkpoint"]).parts[-len(tail):] == tail]
-    return matching[-1] if matching else None
+    if not matching:
+        return None
+    return {**matching[-1], "train_time_s": sum(r["train_time_s"] for r in matching), "calls": len(matching),
+            "started": started_from(matching[0]["config"])}
 
 
 def joined_metrics(legs: list[tuple[Path, dict]]) -> tuple[dict[str, list[tuple[int, float]]], list[int]]:
@@ -112,7 +116,8 @@ def leg_table(legs: list[tuple[Path, dict]]) -> list[str]:
         return []
     rows, first = [], 0
     for number, (leg, r) in enumerate(legs, start=1):
-        rows.append([number, f"`{leg}`", started_from(r["config"]), f"{first}-{first + r['global_step']}",
+        started = r["started"] + (f", then resumed ({r['calls']} calls)" if r["calls"] > 1 else "")
+        rows.append([number, f"`{leg}`", started, f"{first}-{first + r['global_step']}",
                      f"{r['train_time_s'] / 60:.1f}", r["machine"], r["time"]])
         first += r["global_step"]
     header = ["leg", "run directory", "started", "steps (joined)", "minutes", "machine", "finished"]
@@ -156,7 +161,8 @@ def main() -> None:
         "train_time_s": train_time,
         "steps": steps,
         "legs": [{"dir": str(leg), "steps": r["global_step"], "train_time_s": r["train_time_s"],
-                  "machine": r["machine"], "started": started_from(r["config"]), "time": r["time"]} for leg, r in legs],
+                  "calls": r["calls"], "machine": r["machine"], "started": r["started"], "time": r["time"]}
+                 for leg, r in legs],
         "test_accuracy": tested["accuracy"],
         "test_examples": tested["n"],
         "nfe_mean": tested["nfe_mean"],

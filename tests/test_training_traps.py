@@ -34,7 +34,11 @@ def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypa
 def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """scripts/device_train.sh's layout: run/ then run/leg1 (warm restart), each leg's records in its directory."""
     run = tmp_path / "sudoku_run"
-    for leg, extra in ((run, []), (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=4"])):
+    calls = ((run, []), (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=4"]),
+             # a second call goes on with leg1 where the first left it (its last.ckpt came back or stayed)
+             (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=6",
+                             f"ckpt_path={run}/leg1/checkpoints/last.ckpt"]))
+    for leg, extra in calls:
         run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.val_check_interval=2",
                                               "trainer.log_every_n_steps=1", "eval_limit=4",
                                               f"results_file={leg}/results.jsonl", *extra]), leg)
@@ -45,12 +49,15 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
                                       "--results-file", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
     report.main()
     data = json.loads((tmp_path / "chained.json").read_text())
-    assert data["steps"] == 2 + 4 and [leg["steps"] for leg in data["legs"]] == [2, 4]
+    assert data["steps"] == 2 + 6 and [leg["steps"] for leg in data["legs"]] == [2, 6]
     assert data["legs"][0]["started"] == "fresh" and data["legs"][1]["started"].startswith("warm restart from")
+    assert [leg["calls"] for leg in data["legs"]] == [1, 2]
+    recorded = [json.loads(line)["train_time_s"] for line in (run / "leg1" / "results.jsonl").read_text().splitlines()]
+    assert len(recorded) == 2 and data["legs"][1]["train_time_s"] == pytest.approx(sum(recorded))
     first, second = ([step for step, _ in report.read_metrics(leg)["val/accuracy"]] for leg in (run, run / "leg1"))
-    assert len(second) == 2 and [step for step, _ in data["val_accuracy"]] == first + [2 + s for s in second]
+    assert len(second) == 3 and [step for step, _ in data["val_accuracy"]] == first + [2 + s for s in second]
     page = (tmp_path / "chained.md").read_text()
-    assert "6 steps" in page and "in 2 legs" in page and "| 2 | `" in page
+    assert "8 steps" in page and "in 2 legs" in page and "then resumed (2 calls)" in page
 
 
 def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
