@@ -14,6 +14,7 @@ from conftest import TINY, compose_config, run_cli
 from omegaconf import OmegaConf
 
 from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.training.optim import OptimConfig
 from mdmkit.training.resume import ResumePlan, plan_resume, wandb_run_id
 from mdmkit.training.train import run_training
 
@@ -145,3 +146,22 @@ def test_the_saved_config_wins_over_conf_files_edited_since(tmp_path: Path) -> N
     assert config.model == compose_config("train", ["model=cpu"]).model  # a group switched whole
     assert "trainer.max_steps: 4 -> 8" in plan.changes and "model.d_model: 32 -> 128" in plan.changes
     assert plan.kept == ["optim.lr=0.005 (conf/ now gives 0.001)"]
+
+
+def test_optimizer_overrides_on_resume_take_effect(tmp_path: Path) -> None:
+    """The checkpoint holds the old run's learning rate, betas and weight decay in its optimizer state; the
+    resume prints `optim.lr: 0.001 -> 0.01`, so training must go on at 0.01 (it used to keep 0.001 silently)."""
+    schedule = ["optim.warmup_steps=1", "trainer.max_steps=4"]
+    _train(tmp_path, *schedule)
+    _train(tmp_path, *schedule[:1], "trainer.max_steps=8", f"ckpt_path={tmp_path}/checkpoints/last.ckpt",
+           "optim.lr=0.01", "optim.weight_decay=0.3", "optim.betas=[0.8,0.9]")
+    with (tmp_path / "csv" / "version_1" / "metrics.csv").open() as handle:
+        logged = {int(row["step"]): float(row["lr-AdamW/pg1"]) for row in csv.DictReader(handle)
+                  if row.get("lr-AdamW/pg1")}
+    optim = OptimConfig(lr=0.01, warmup_steps=1)
+    assert sorted(logged) == [4, 5, 6, 7]
+    for step, lr in logged.items():
+        assert lr == pytest.approx(0.01 * optim.lr_factor(step, 8))
+    groups = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["optimizer_states"][0]
+    assert [(g["weight_decay"], tuple(g["betas"])) for g in groups["param_groups"]] == [(0.3, (0.8, 0.9)),
+                                                                                         (0.0, (0.8, 0.9))]

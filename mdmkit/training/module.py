@@ -95,3 +95,7 @@ class MDMModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return self.optim.configure(self.network, self.trainer.max_steps)
+
+    def on_train_start(self) -> None:
+        # after a resume has loaded the checkpoint's optimizer state: the run's own settings (overrides included)
+        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())

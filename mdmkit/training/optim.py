@@ -45,6 +45,14 @@ class OptimConfig(Validated):
         ]
         return torch.optim.AdamW(groups, lr=self.lr, betas=self.betas)
 
+    def apply_to(self, optimizer: torch.optim.Optimizer, schedule: WarmupCosine) -> None:
+        """Put these settings back into an optimizer and schedule that a resume restored from a checkpoint, whose
+        learning rate, betas and weight decay are the old run's: an override given on resume must take effect."""
+        schedule.base_lrs = [self.lr] * len(optimizer.param_groups)
+        factor = schedule.lr_lambdas[0](schedule.last_epoch)
+        for group, decay in zip(optimizer.param_groups, (self.weight_decay, 0.0), strict=True):
+            group.update(initial_lr=self.lr, lr=self.lr * factor, betas=self.betas, weight_decay=decay)
+
     def configure(self, network: torch.nn.Module, max_steps: int) -> dict[str, Any]:
         """AdamW and its per-step schedule over `max_steps` (a 100k-step one if <= 0), as a LightningModule's
         `configure_optimizers` returns them."""

@@ -106,3 +106,6 @@ class IndicatorModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return self.optim.configure(self.indicator, self.trainer.max_steps)
+
+    def on_train_start(self) -> None:
+        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())  # a resume's overrides win
