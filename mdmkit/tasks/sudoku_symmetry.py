@@ -27,9 +27,7 @@ def random_symmetries(cells: torch.Tensor, answer_mask: torch.Tensor,
     transpose = torch.rand(batch, generator=generator) < 0.5
     relabel = torch.rand(batch, 9, generator=generator).argsort(dim=1)  # digit d becomes relabel[d]
 
-    # the cell each new position reads: (rows[r], cols[c]), or (rows[c], cols[r]) when transposed
-    r, c = torch.arange(9).view(9, 1), torch.arange(9).view(1, 9)
-    source_row = torch.where(transpose.view(-1, 1, 1), rows[:, c.expand(9, 9)], rows[:, r.expand(9, 9)])
-    source_col = torch.where(transpose.view(-1, 1, 1), cols[:, r.expand(9, 9)], cols[:, c.expand(9, 9)])
-    source = (source_row * 9 + source_col).reshape(batch, 81)
+    # the cell each new position (r, c) reads: (rows[r], cols[c]), or (rows[c], cols[r]) when transposed
+    source = rows.unsqueeze(2) * 9 + cols.unsqueeze(1)
+    source = torch.where(transpose.view(-1, 1, 1), source.transpose(1, 2), source).reshape(batch, 81)
     return relabel.gather(1, cells.gather(1, source)), answer_mask.gather(1, source)
