@@ -2,8 +2,8 @@
 
 A solved grid stays solved, and a puzzle keeps its unique solution and its difficulty, under relabelling the
 digits, permuting the three bands (and the rows inside each band), the three stacks (and the columns inside
-each), and transposing. That group has 9! * (3!^4)^2 * 2 (about 1.2e12) elements, so each stored puzzle is
-seen in a new surface form at nearly every presentation: the model cannot memorize the training split.
+each), and transposing. That group has 9! * (3!^4)^2 * 2 (about 1.2e12) elements, so the model meets each
+stored puzzle in a new surface form at nearly every presentation, which leaves it little to memorize.
 """
 
 from __future__ import annotations

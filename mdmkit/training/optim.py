@@ -39,18 +39,23 @@ class OptimConfig(Validated):
     def adamw(self, network: torch.nn.Module) -> torch.optim.AdamW:
         """AdamW over the trainable parameters; weight decay on matrices only (not biases, norms)."""
         params = [p for p in network.parameters() if p.requires_grad]
+        matrices, others = self._group_decays()
         groups = [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": self.weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": matrices},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": others},
         ]
         return torch.optim.AdamW(groups, lr=self.lr, betas=self.betas)
+
+    def _group_decays(self) -> tuple[float, float]:
+        """The weight decay of `adamw`'s two parameter groups: matrices, then biases and norms."""
+        return self.weight_decay, 0.0
 
     def apply_to(self, optimizer: torch.optim.Optimizer, schedule: WarmupCosine) -> None:
         """Put these settings back into an optimizer and schedule that a resume restored from a checkpoint, whose
         learning rate, betas and weight decay are the old run's: an override given on resume must take effect."""
         schedule.base_lrs = [self.lr] * len(optimizer.param_groups)
         factor = schedule.lr_lambdas[0](schedule.last_epoch)
-        for group, decay in zip(optimizer.param_groups, (self.weight_decay, 0.0), strict=True):
+        for group, decay in zip(optimizer.param_groups, self._group_decays(), strict=True):
             group.update(initial_lr=self.lr, lr=self.lr * factor, betas=self.betas, weight_decay=decay)
 
     def configure(self, network: torch.nn.Module, max_steps: int) -> dict[str, Any]:
