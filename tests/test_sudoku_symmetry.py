@@ -12,7 +12,6 @@ from conftest import TINY, compose_config, run_cli
 
 from mdmkit.core.config import to_container
 from mdmkit.core.errors import ConfigError
-from mdmkit.tasks.maze import MazeTask
 from mdmkit.tasks.sudoku import EOL, SudokuTask
 from mdmkit.tasks.sudoku_generator import find_solutions, is_valid_solution
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
@@ -91,10 +90,9 @@ def test_augmented_batches_replay_exactly_from_any_step(examples) -> None:
 
 
 def test_augment_is_checked_before_training() -> None:
-    assert MazeTask.symmetries is None
-    maze = to_container(compose_config("train", ["experiment=maze_mdm", "data.augment=true"]))
-    with pytest.raises(ConfigError, match="task maze defines no symmetries"):
-        check_components(maze)
+    arithmetic = to_container(compose_config("train", ["experiment=arithmetic_mdm", "data.augment=true"]))
+    with pytest.raises(ConfigError, match="task arithmetic defines no symmetries"):
+        check_components(arithmetic)
     with pytest.raises(ConfigError, match="data.augment=yes must be true or false"):
         check_run(compose_config("train", ["data.augment=yes"]))
     with pytest.raises(ConfigError, match="an indicator trains on recorded trajectories"):

@@ -24,6 +24,7 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask
 from mdmkit.tasks.maze_generator import Maze, canonical_key, generate_mazes, maze_path
+from mdmkit.tasks.maze_symmetry import random_maze_symmetries
 
 
 @dataclass
@@ -36,6 +37,7 @@ class MazeTask(PuzzleTask):
     min_path_len: int = 2
     answer: Literal["path", "cells"] = "path"
     stable_prefix = True  # maze i depends on (seed, i) only: evaluation makes the test split alone
+    symmetries = "the square's rotations and reflections (8), edges in a fresh order and orientation"
 
     def validate(self) -> None:
         super().validate()
@@ -104,6 +106,11 @@ class MazeTask(PuzzleTask):
         if not mazes:
             raise DataFormatError(f"{path}: no mazes found")
         return self._examples(mazes)
+
+    def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        moved = random_maze_symmetries(tokens, self.grid_size, self.answer_start, self.answer == "cells", generator)
+        return moved, answer_mask  # the answer region stays where it is
 
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Exact match on the answer region: in a tree the start->goal path (and its cell set) is unique."""

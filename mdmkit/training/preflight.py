@@ -72,7 +72,7 @@ def check_components(config: dict[str, Any]) -> None:
 
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
-            f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku does)")
+            f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
     build_model_spec(config, task)
     build(config["objective"], "objective")
     build(_light(config["optim"]), "optim")
