@@ -20,6 +20,7 @@ from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
 _CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
+_CELL_INDEX = torch.from_numpy(_CELL_POSITIONS)  # the same, to index tensors
 
 
 def serialize(grids: np.ndarray) -> np.ndarray:
@@ -98,7 +99,7 @@ class SudokuTask(PuzzleTask):
 
     def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        cells = torch.from_numpy(_CELL_POSITIONS)
+        cells = _CELL_INDEX
         grids, blanks = random_symmetries(tokens[:, cells], answer_mask[:, cells], generator)
         tokens, answer_mask = tokens.clone(), answer_mask.clone()  # the end-of-line tokens stay where they are
         tokens[:, cells], answer_mask[:, cells] = grids, blanks
@@ -106,7 +107,7 @@ class SudokuTask(PuzzleTask):
 
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """A prediction counts if its grid is a valid Sudoku and keeps every given."""
-        cells = torch.from_numpy(_CELL_POSITIONS).to(predicted.device)
+        cells = _CELL_INDEX.to(predicted.device)
         grid = predicted[:, cells]
         digits_ok = (grid < 9).all(1)
         one_hot = torch.nn.functional.one_hot(grid.clamp(max=8), 9).view(-1, 9, 9, 9)  # [B, row, col, digit]
