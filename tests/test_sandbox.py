@@ -255,6 +255,25 @@ def test_plain_data_decoder_admits_only_built_in_types():
     assert isinstance(opaque, codec.Opaque) and opaque != opaque.__class__("object", "")  # equal only to itself
 
 
+def test_decoding_costs_the_trusted_side_linear_time_and_bounded_memory():
+    """What the caller builds from a reply, after the deadline, outside the sandbox's memory limit: a range stays
+    lazy only up to MAX_ITEMS (a check's `tuple(...)` of it), and keys of one hash (quadratic to insert) are refused."""
+    assert codec.from_wire(codec.to_wire(range(10, -5, -3))) == range(10, -5, -3)
+    assert codec.from_wire(codec.to_wire(range(5, 0))) == range(0)
+    assert codec.from_wire(codec.to_wire(range(codec.MAX_ITEMS))) == range(codec.MAX_ITEMS)
+    for huge in (range(codec.MAX_ITEMS + 2), range(0, -10**30, -1)):
+        decoded = codec.from_wire(codec.to_wire(huge))
+        assert isinstance(decoded, codec.Opaque) and "range of more than" in decoded.text
+    colliding = [k * (2**61 - 1) for k in range(1, codec.MAX_SHARED_HASHES + 3)]  # ints hash modulo 2**61 - 1
+    for tag, wire in (("set", colliding), ("frozenset", colliding), ("keys", colliding),
+                      ("dict", [[k, 0] for k in colliding]), ("Counter", [[k, 1] for k in colliding])):
+        with pytest.raises(codec.WireError, match="share a hash"):
+            codec.from_wire({"t": tag, "v": wire})
+    few = colliding[: codec.MAX_SHARED_HASHES + 1]  # -1 and -2 hash alike too: a few such keys are honest data
+    assert codec.from_wire(codec.to_wire(set(few))) == set(few)
+    assert codec.from_wire(codec.to_wire({k: 1 for k in few})) == {k: 1 for k in few}
+
+
 # --- ordinary limits ------------------------------------------------------------------------------------------
 
 GOOD = "assert sum(range(10)) == 45\nprint('ok')\n"

@@ -15,8 +15,8 @@ from mdmkit.sandbox.limits import (
     UnsafeExecutionError,
     check_allowed,
 )
-from mdmkit.sandbox.runner import run_many, run_program
+from mdmkit.sandbox.runner import backend_for, run_many, run_program
 from mdmkit.sandbox.verdict import Check
 
 __all__ = ["ENV_VAR", "ISOLATION_ENV", "Check", "ExecutionResult", "SandboxLimits", "UnsafeExecutionError",
-           "check_allowed", "describe_isolation", "run_many", "run_program"]
+           "backend_for", "check_allowed", "describe_isolation", "run_many", "run_program"]

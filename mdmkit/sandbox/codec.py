@@ -16,7 +16,8 @@ import struct
 import sys
 
 MAX_DEPTH = 64
-MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns
+MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns, and the longest range rebuilt
+MAX_SHARED_HASHES = 64  # keys of one set or mapping whose hash another key has: quadratic to insert
 _HEADER = struct.Struct(">I")
 
 
@@ -120,11 +121,19 @@ def _container(value, kind, handles, depth):
 
 
 def _hashable(values):
+    """`values`, checked to be keys that build a set or mapping in linear time.
+
+    Distinct keys of one hash (`k * (2**61 - 1)` for ints) cost quadratic time to insert, and the trusted side
+    builds them after the reply came, past the sandbox's deadline; an honest set has next to none.
+    """
+    hashes = set()
     for v in values:
         try:
-            hash(v)
+            hashes.add(hash(v))
         except TypeError:
             raise WireError(f"unhashable {type(v).__name__} in a set or as a key") from None
+    if len(values) - len(hashes) > MAX_SHARED_HASHES:
+        raise WireError(f"{len(values) - len(hashes)} of {len(values)} keys share a hash with another key")
     return values
 
 
@@ -151,12 +160,10 @@ def from_wire(data, resolve=None, depth=0):
         return [from_wire(x, resolve, depth + 1) for x in v]
 
     def pairs():
-        out = {}
-        for pair in items():
-            if type(pair) is not list or len(pair) != 2:
-                raise WireError(f"{tag} needs [key, value] pairs")
-            out[_hashable(pair[:1])[0]] = pair[1]
-        return out
+        entries = items()
+        if any(type(pair) is not list or len(pair) != 2 for pair in entries):
+            raise WireError(f"{tag} needs [key, value] pairs")
+        return dict(zip(_hashable([key for key, _ in entries]), (value for _, value in entries)))
 
     if tag in ("tuple", "list", "deque", "iterator"):
         return {"tuple": tuple, "list": list, "deque": collections.deque, "iterator": iter}[tag](items())
@@ -196,7 +203,10 @@ def _scalar(tag, v):
 
             return fractions.Fraction(v[0], v[1])
         if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v):
-            return range(*v)
+            span = range(*v)  # a check's `tuple(...)` of it would fill the trusted side's memory, unbounded
+            if (span.stop - span.start) // span.step <= MAX_ITEMS:  # len() overflows past sys.maxsize
+                return span
+            return Opaque("range", f"a range of more than {MAX_ITEMS} items")
     except (ValueError, ZeroDivisionError, ArithmeticError) as error:
         raise WireError(f"bad {tag}: {error}") from None
     raise WireError(f"unknown tag {tag[:40]!r}")

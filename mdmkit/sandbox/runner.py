@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm.auto import tqdm
 
 from mdmkit.core.config import require
-from mdmkit.sandbox.isolation import resolve
+from mdmkit.sandbox.isolation import Backend, resolve
 from mdmkit.sandbox.limits import ExecutionResult, SandboxLimits, check_allowed
 from mdmkit.sandbox.verdict import Check, run_check
 
@@ -17,13 +17,19 @@ def _as_check(program: Check | str) -> Check:
     return program if isinstance(program, Check) else Check(solution=program)
 
 
+def backend_for(limits: SandboxLimits, allow: bool = False) -> Backend:
+    """The backend that runs programs under `limits`, or `UnsafeExecutionError` now: without the opt-in, or
+    without bwrap where it is asked for or needed (a GPU node). Callers check it before work they would lose."""
+    check_allowed(allow)
+    return resolve(limits.isolation)
+
+
 def run_program(
     program: Check | str, limits: SandboxLimits | None = None, *, allow: bool = False
 ) -> ExecutionResult:
     """Run one program: a `Check` (verdict from the trusted checks) or a bare script (passes if it loads)."""
-    check_allowed(allow)
     limits = limits if limits is not None else SandboxLimits()
-    return run_check(_as_check(program), limits, resolve(limits.isolation))
+    return run_check(_as_check(program), limits, backend_for(limits, allow))
 
 
 def run_many(
@@ -35,10 +41,9 @@ def run_many(
     allow: bool = False,
 ) -> list[ExecutionResult]:
     """Run every program, `workers` sandboxes at a time; one sandbox failing never loses the others."""
-    check_allowed(allow)
     require(workers >= 1, f"workers={workers} must be >= 1")
     limits = limits if limits is not None else SandboxLimits()
-    backend = resolve(limits.isolation)  # refuses (or warns) once, before anything runs
+    backend = backend_for(limits, allow)  # refuses (or warns) once, before anything runs
     results: list[ExecutionResult | None] = [None] * len(programs)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_check, _as_check(p), limits, backend): i for i, p in enumerate(programs)}
