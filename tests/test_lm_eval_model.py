@@ -277,12 +277,20 @@ def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(mask
 @pytest.mark.parametrize("name, shots", [("gsm8k", 2), ("mbpp", 3)])
 def test_num_fewshot_changes_the_shots_of_mdmkits_tasks(name, shots, monkeypatch):
     from mdmkit.lm_eval_tasks import utils
+    from mdmkit.sandbox import ENV_VAR, ISOLATION_ENV, UnsafeExecutionError
+    from mdmkit.sandbox.isolation import available as available_isolation
     from mdmkit.tasks.code import MBPPTask
     from mdmkit.tasks.gsm8k import GSM8KTask
 
     monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
     utils.task.cache_clear()
     manager = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    if name == "mbpp":  # its scores run generated code: refused when lm-eval loads the task, before generating
+        with pytest.raises(UnsafeExecutionError, match=ENV_VAR):
+            manager.load([f"mdmkit_{name}"])
+    monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, available_isolation())
     task = manager.load([f"mdmkit_{name}"])["tasks"][f"mdmkit_{name}"]
     mdm_task = {"gsm8k": GSM8KTask, "mbpp": MBPPTask}[name](data_dir=str(BENCHMARK_DATA), shots=shots)
     doc = task.test_docs()[0]

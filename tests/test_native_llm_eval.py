@@ -256,3 +256,22 @@ def test_every_sampler_and_cache_runs_through_lm_eval(kind: str, checkpoints, tm
             nfe[cache] = [r["nfe"] for r in records]
         if option in SCHEDULED:
             assert nfe["prefix"] == nfe["dual"] == nfe["none"], option
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prompts_are_cut_to_the_models_positions_and_a_longer_max_length_is_refused(kind: str, checkpoints) -> None:
+    """Without `hf.max_length` a prompt is cut to what the model's positions leave beside the generation (not a
+    crash mid-run); a `max_length` past them is refused when the model loads."""
+    from mdmkit.core.errors import ConfigError
+    from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
+
+    model = load_text_model(str(checkpoints[kind]), HFModelConfig(kind=kind), "cpu")
+    positions = model.network.config.max_positions
+    assert model.max_length == positions
+    ids = model.encode_prompt("a b " * positions, False, GEN)
+    assert len(ids) == positions - GEN
+    canvas = torch.full((1, positions), model.network.mask_id)
+    canvas[0, : len(ids)] = torch.tensor(ids)
+    assert model.network(canvas).shape[1] == positions  # the longest canvas runs
+    with pytest.raises(ConfigError, match=f"max_length={positions + 1} is more than the {positions} positions"):
+        load_text_model(str(checkpoints[kind]), HFModelConfig(kind=kind, max_length=positions + 1), "cpu")

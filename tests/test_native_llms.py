@@ -277,6 +277,15 @@ def test_broken_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
         load_diffusion_lm(truncated, "dream")
 
 
+@pytest.mark.parametrize("kind, other", [("llada", "dream"), ("dream", "llada")])
+def test_a_checkpoint_loaded_as_the_other_kind_says_which_kind_it_is(kind: str, other: str, tmp_path: Path) -> None:
+    from mdmkit.models.hf import load_masked_diffusion
+
+    directory = native_checkpoint_dir(REFERENCE / kind, kind, tmp_path / kind)
+    with pytest.raises(CheckpointError, match=f"checkpoint \\(model_type\\), not {other}: .*hf.kind={kind}"):
+        load_masked_diffusion(str(directory), other)
+
+
 def test_a_hub_name_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("huggingface_hub")
     from mdmkit.models.hf import load_masked_diffusion

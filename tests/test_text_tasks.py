@@ -297,3 +297,41 @@ def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp
                                       "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
     with pytest.raises(CapabilityError, match="masked sampler"):
         run_evaluation(cfg, tmp_path)
+
+
+def test_code_tasks_refuse_the_sandbox_before_loading_data_or_model(tmp_path, monkeypatch):
+    """Scoring HumanEval / MBPP runs generated code: without the opt-in, or without the isolation asked for, the
+    run stops before the (missing) model or data are even looked at, not after hours of generation."""
+    from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.sandbox import UnsafeExecutionError, isolation
+
+    def config(task: str):
+        return compose_config("evaluate", [f"task={task}", f"task.data_dir={tmp_path}", f"ckpt={tmp_path}/none",
+                                           "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    for task in ("humaneval", "mbpp"):
+        with pytest.raises(UnsafeExecutionError, match=ENV_VAR):
+            run_evaluation(config(task), tmp_path)
+    monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, "bwrap")
+    monkeypatch.setattr(isolation, "bwrap_status", lambda: (False, "bwrap is not installed"))
+    with pytest.raises(UnsafeExecutionError, match="isolation=bwrap, but bwrap is not installed"):
+        run_evaluation(config("humaneval"), tmp_path)
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"question": "1+1?", "answer": "#### 2"}\n{"question": "x", "answer": \n', "cannot load the test split"),
+    ('{"question": "1+1?", "answer": "#### 2"}\n{"q": "x", "a": "#### 1"}\n', "document 2 of the test split has no"),
+])
+def test_a_malformed_benchmark_file_stops_in_one_line_before_the_model_loads(tmp_path, content, message):
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    (tmp_path / "gsm8k_test.jsonl").write_text(content)
+    cfg = compose_config("evaluate", ["task=gsm8k", "task.shots=0", f"task.data_dir={tmp_path}",
+                                      f"ckpt={tmp_path}/none", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
+                                      "wandb.mode=disabled"])
+    with pytest.raises(DataFormatError, match=message) as error:
+        run_evaluation(cfg, tmp_path)
+    assert "gsm8k_test.jsonl" in str(error.value) and "\n" not in str(error.value)

@@ -145,9 +145,10 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Ro
     configs = [job.sampler for job in expand(cfg.sweep)] if cfg.get("sweep") else [to_container(cfg.sampler)]
     for config in configs:
         check_decoder(hf.kind == "causal", build_sampler(config))
+    task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
+    data = {"task": task.fingerprint()}  # loads the documents: a malformed file stops before the model loads
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
-    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, {"task": task.fingerprint()}, hf.kind, None,
-                 ranks)
+    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, data, hf.kind, None, ranks)
     generations = Path(cfg.results_file).parent / "generations"
 
     def measure(job: SweepJob) -> EvalResult:

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import torch
 
 from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
+from mdmkit.models.diffusion_lm import DiffusionLM
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
@@ -26,7 +28,7 @@ class HFModelConfig(Validated):
     kind: Literal["generic", "llada", "dream", "causal"] = "generic"  # causal: the NTP baseline (sampler=ntp)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
-    max_length: int | None = None  # prompt + generation tokens; longer prompts are cut from the left
+    max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
 
     def validate(self) -> None:
         require(self.max_length is None or self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
@@ -40,7 +42,19 @@ def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> Te
         network, tokenizer = load_masked_diffusion(name_or_path, config.kind,
                                                    trust_remote_code=config.trust_remote_code,
                                                    dtype=config.dtype, device=device)
-    return TextModel(network, tokenizer, config.max_length)
+    positions = position_limit(network)
+    if config.max_length is not None and positions is not None:
+        require(config.max_length <= positions, f"hf.max_length={config.max_length} is more than the "
+                                                f"{positions} positions of {name_or_path}")
+    return TextModel(network, tokenizer, config.max_length or positions)
+
+
+def position_limit(network: torch.nn.Module) -> int | None:
+    """How many positions the network was built for (prompt + generation), where its config says."""
+    if isinstance(network, DiffusionLM):
+        return network.config.max_positions
+    limit = getattr(getattr(getattr(network, "model", None), "config", None), "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 def model_fingerprint(name_or_path: str) -> str:

@@ -33,6 +33,7 @@ def task(name: str) -> TextTask:
 def _dataset(name: str):
     import datasets
 
+    task(name).check_can_score()  # lm-eval loads the data before generating: a refused sandbox stops here
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(task(name).docs("test"))})
 
 

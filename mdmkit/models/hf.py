@@ -24,7 +24,7 @@ from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.models.diffusion_lm import DiffusionLM
-from mdmkit.models.llm_checkpoints import load_diffusion_lm
+from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
 
 Kind = Literal["generic", "llada", "dream"]
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -262,7 +262,8 @@ def load_native(
     """
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
-    try:  # first: a missing tokenizer fails before gigabytes of weights are read
+    read_config(directory, kind)  # first, a config of another kind or a missing tokenizer: before the weights
+    try:
         tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
     except CheckpointError as error:
         raise CheckpointError(f"cannot load the tokenizer of {name_or_path}: {error}") from None

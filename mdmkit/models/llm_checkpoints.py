@@ -179,6 +179,10 @@ def read_config(directory: Path, kind: str) -> DiffusionLMConfig:
         raise CheckpointError(f"{path}: not readable JSON ({error})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: not a JSON object")
+    declared = str(raw.get("model_type", "")).lower()
+    if declared in ARCHITECTURES and declared != kind:
+        raise CheckpointError(f"{path}: a {raw['model_type']} checkpoint (model_type), not {kind}: load it as "
+                              f"kind {declared} (hf.kind={declared})")
     try:
         return DiffusionLMConfig(**ARCHITECTURES[kind].read(_Fields(raw, path)))
     except ConfigError as error:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmkit.core.config import require
-from mdmkit.sandbox import Check, SandboxLimits, run_many
+from mdmkit.sandbox import Check, SandboxLimits, backend_for, run_many
 from mdmkit.tasks.extraction import extract_code, humaneval_check, mbpp_check
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 
@@ -25,15 +25,20 @@ class CodeTask(TextTask):
     def validate(self) -> None:
         super().validate()
         require(self.sandbox_workers >= 1, f"sandbox_workers={self.sandbox_workers} must be >= 1")
-        SandboxLimits(timeout_s=self.sandbox_timeout_s, memory_mb=self.sandbox_memory_mb)  # range checks
+        self._limits()  # range checks
 
     def program(self, doc: dict, generation: str) -> Check:
         raise NotImplementedError
 
+    def _limits(self) -> SandboxLimits:
+        return SandboxLimits(timeout_s=self.sandbox_timeout_s, memory_mb=self.sandbox_memory_mb)
+
+    def check_can_score(self) -> None:
+        backend_for(self._limits())  # the opt-in, and bwrap where it is asked for or needed (a GPU node)
+
     def score(self, docs: list[dict], generations: list[str]) -> list[Verdict]:
         programs = [self.program(doc, text) for doc, text in zip(docs, generations)]
-        limits = SandboxLimits(timeout_s=self.sandbox_timeout_s, memory_mb=self.sandbox_memory_mb)
-        results = run_many(programs, limits, workers=self.sandbox_workers, progress=len(programs) > 20)
+        results = run_many(programs, self._limits(), workers=self.sandbox_workers, progress=len(programs) > 20)
         return [Verdict(r.passed, r.status if r.passed else f"{r.status}: {r.reason}") for r in results]
 
 
@@ -42,6 +47,7 @@ class HumanEvalTask(CodeTask):
     """HumanEval (Chen et al., 2021), 0-shot: the prompt is the function signature and docstring."""
 
     name = "humaneval"
+    fields = ("task_id", "prompt", "entry_point", "test")
     source = HubSource("openai/openai_humaneval", None, {"test": "test"}, {"test": "HumanEval.jsonl.gz"})
 
     shots: int = 0
@@ -71,6 +77,7 @@ class MBPPTask(CodeTask):
     """
 
     name = "mbpp"
+    fields = ("task_id", "text", "test_list", "code")
     source = HubSource("google-research-datasets/mbpp", "full",
                        {"test": "test", "prompt": "prompt", "validation": "validation", "train": "train"},
                        {split: "mbpp.jsonl" for split in MBPP_SPLITS})

@@ -33,6 +33,7 @@ def worked_solution(answer_field: str) -> str:
 @dataclass
 class GSM8KTask(TextTask):
     name = "gsm8k"
+    fields = ("question", "answer")
     source = HubSource("openai/gsm8k", "main", {"test": "test", "train": "train"},
                        {"test": "gsm8k_test.jsonl", "train": "gsm8k_train.jsonl"})
 

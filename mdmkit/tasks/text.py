@@ -43,6 +43,7 @@ class TextTask(Validated):
 
     name: ClassVar[str]
     source: ClassVar[HubSource]
+    fields: ClassVar[tuple[str, ...]] = ()  # what every document must hold (a local file is checked on loading)
 
     shots: int = 0
     max_gen_len: int = 256
@@ -75,6 +76,9 @@ class TextTask(Validated):
         """Whether each (already stop-truncated) generation solves its document, and why."""
         raise NotImplementedError
 
+    def check_can_score(self) -> None:
+        """Raise before any generation if `score` could not run here, so no generation is made in vain."""
+
     def fewshot_docs(self) -> list[dict]:
         return []
 
@@ -104,6 +108,7 @@ class TextTask(Validated):
 
     def _load(self, split: str) -> list[dict]:
         import datasets
+        from datasets.exceptions import DatasetsError
 
         files = self._files()
         if files is not None and (split not in files or not Path(files[split]).is_file()):
@@ -114,11 +119,21 @@ class TextTask(Validated):
                 data = datasets.load_dataset("json", data_files={split: files[split]}, split=split)
             else:
                 data = datasets.load_dataset(self.source.path, self.source.name, split=self.source.splits[split])
-        except (FileNotFoundError, ConnectionError, ValueError) as error:
-            where = files[split] if files else f"the hub ({self.source.path})"
-            raise DataFormatError(f"{self.name}: cannot load the {split} split from {where}: {error}. Offline, "
-                                  f"point task.data_dir at a directory with {sorted(self.source.local_files.values())}")
-        return [dict(row) for row in data]
+        except (FileNotFoundError, ConnectionError, ValueError, DatasetsError) as error:
+            cause = f"{error}: {error.__cause__}" if isinstance(error, DatasetsError) and error.__cause__ else error
+            if files is not None:
+                raise DataFormatError(f"{self.name}: cannot load the {split} split from {files[split]}: {cause}")
+            raise DataFormatError(f"{self.name}: cannot load the {split} split from the hub ({self.source.path}): "
+                                  f"{cause}. Offline, point task.data_dir at a directory with "
+                                  f"{sorted(self.source.local_files.values())}")
+        docs = [dict(row) for row in data]
+        for number, doc in enumerate(docs, 1):
+            missing = [name for name in self.fields if name not in doc or doc[name] is None]
+            if missing:
+                where = files[split] if files is not None else f"the hub ({self.source.path})"
+                raise DataFormatError(f"{self.name}: {where}: document {number} of the {split} split has no "
+                                      f"{', '.join(missing)} (each needs {', '.join(self.fields)})")
+        return docs
 
     def prompts(self) -> list[str]:
         fewshot = self.fewshot_docs()
