@@ -79,6 +79,36 @@ def test_resume_continues_exactly_the_same_run(tmp_path: Path) -> None:
         assert torch.equal(expected[name], actual[name]), name  # network, EMA and optimizer state alike
 
 
+def test_ctrl_c_keeps_the_step_reached_and_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """Without `checkpoint_every`, last.ckpt is refreshed at each validation's step and written on Ctrl-C (or
+    SIGTERM): an interrupted run resumes from where it stopped, to the uninterrupted run's exact state."""
+    from mdmkit.training.module import MDMModule
+
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    common = ["trainer.max_steps=6", "trainer.val_check_interval=2", "evaluate_after_training=false"]
+    train(straight, *common)
+    seen = {}
+
+    def stop_at_step_5(module, batch, batch_idx):
+        if module.global_step == 5:
+            last = torch.load(interrupted / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+            seen["periodic"] = last["global_step"]
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MDMModule, "on_train_batch_start", stop_at_step_5, raising=False)
+        with pytest.raises(SystemExit):
+            train(interrupted, *common)
+    assert seen["periodic"] == 4  # the validation at step 4 refreshed it
+    assert torch.load(interrupted / "checkpoints/last.ckpt", weights_only=False)["global_step"] == 5
+    assert f"interrupted at step 5; resume with: python train.py ckpt_path={interrupted}" in capsys.readouterr().err
+    train(interrupted, *common, f"ckpt_path={interrupted}/checkpoints/last.ckpt")
+    expected, actual = _weights(straight / "checkpoints/last.ckpt"), _weights(interrupted / "checkpoints/last.ckpt")
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+
+
 TIME_BOXED = ["trainer.max_steps=100000", "trainer.max_time='00:00:00:02'", "trainer.val_check_interval=100000",
               "evaluate_after_training=false", "optim.warmup_steps=5"]
 

@@ -106,6 +106,12 @@ def _time_limit(cfg: DictConfig) -> list[Callback]:
     return [timer, AnnealByTime(timer)] if anneal else [timer]
 
 
+def _single_process(cfg: DictConfig) -> bool:
+    """Whether training runs in one process: there, saving on an exception cannot wait on a rank that is gone."""
+    devices, nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    return devices in (1, "1") and nodes in (1, None) and "ddp" not in str(cfg.trainer.get("strategy", ""))
+
+
 def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
         banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
     """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
@@ -113,13 +119,15 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     check_resume(cfg, module)
     if on_start is not None:
         on_start()
+    interval = cfg.trainer.get("val_check_interval")
     checkpoints = ModelCheckpoint(
         dirpath=output_dir / "checkpoints",
         filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
         auto_insert_metric_name=False,
-        save_last=True,
+        save_last=True,  # refreshed every `checkpoint_every` steps, else at each validation's step
         save_top_k=0 if cfg.checkpoint_every is None else -1,
-        every_n_train_steps=cfg.checkpoint_every,
+        every_n_train_steps=cfg.checkpoint_every or (interval if isinstance(interval, int) else None),
+        save_on_exception=_single_process(cfg),  # Ctrl-C, SIGTERM, a crash: the step reached is kept
         enable_version_counter=False,  # a resumed run (moved or not) writes its own last.ckpt, never last-v1.ckpt
     )
     callbacks = [LogAtGlobalStep(), checkpoints, LearningRateMonitor(logging_interval="step")]
@@ -131,7 +139,13 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
                         default_root_dir=str(output_dir), max_time=None)
         print(f"{banner} | output: {output_dir}")
         started = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+        except (KeyboardInterrupt, SystemExit):  # Lightning exits on Ctrl-C and SIGTERM after saving last.ckpt
+            if trainer.interrupted and trainer.is_global_zero and (output_dir / "checkpoints/last.ckpt").exists():
+                print(f"interrupted at step {trainer.global_step}; resume with: python train.py "
+                      f"ckpt_path={output_dir}", file=sys.stderr)
+            raise
         return trainer, time.perf_counter() - started
     except MisconfigurationException as error:
         raise ConfigError(f"trainer: {error}") from None
