@@ -7,8 +7,10 @@ import logging
 import os
 import sys
 import textwrap
+import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +73,43 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
             file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-def _fail(error: MdmkitError) -> None:
-    """One line on stderr; a single run exits with status 2, a multirun job lets the sweep go on."""
-    print(f"error: {error}", file=sys.stderr)
-    if HydraConfig.get().mode != RunMode.MULTIRUN:
+_failed_jobs: list[str] = []  # this process's failed multirun jobs (the basic launcher runs them all here)
+
+
+@contextmanager
+def _contained() -> Iterator[None]:
+    """A run's failure: one line on stderr (a traceback for a bug) and status 2. A multirun job's failure is
+    recorded and the sweep goes on; `_exit_if_jobs_failed` reports them and sets the status at its end."""
+    try:
+        yield
+    except Exception as error:  # a multirun contains every job's failure
+        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        if not isinstance(error, MdmkitError):
+            if not multirun:
+                raise
+            traceback.print_exc()
+        print(f"error: {error}", file=sys.stderr)
+        if not multirun:
+            sys.exit(2)
+        _failed_jobs.append(f"{_job_label()}: {error}")
+
+
+def _job_label() -> str:
+    """`job 3 (sampler.k=45 limit=abc)`: the job's number and the values it takes of the swept keys."""
+    parser, hydra_config = OverridesParser.create(), HydraConfig.get()
+    try:
+        swept = {o.key_or_group for o in parser.parse_overrides([a for a in sys.argv[1:] if "=" in a])
+                 if o.is_sweep_override()}
+        mine = [o for o in parser.parse_overrides(list(hydra_config.overrides.task)) if o.key_or_group in swept]
+    except Exception:  # noqa: BLE001 -- a label, never a second failure
+        return f"job {hydra_config.job.num}"
+    return f"job {hydra_config.job.num} ({' '.join(f'{o.key_or_group}={o.value()}' for o in mine)})"
+
+
+def _exit_if_jobs_failed() -> None:
+    if _failed_jobs:
+        print(f"error: {len(_failed_jobs)} job(s) of the sweep failed (the others' rows are saved):\n  "
+              + "\n  ".join(_failed_jobs), file=sys.stderr)
         sys.exit(2)
 
 
@@ -90,6 +125,7 @@ def train() -> None:
     if _resume is not None:
         sys.argv[1:] = _resume.argv
     _train()
+    _exit_if_jobs_failed()
 
 
 def _resumed(cfg: DictConfig) -> tuple[DictConfig, Callable[[], None] | None]:
@@ -108,7 +144,7 @@ def _train(cfg: DictConfig) -> None:
     # checks, then heavy imports: a bad value stops before Lightning loads (seconds)
     from mdmkit.training.preflight import check_components, check_run
 
-    try:
+    with _contained():
         cfg, on_start = _resumed(cfg) if _resume is not None else (cfg, None)
         check_run(cfg)
         if cfg.get("indicator") is not None or cfg.get("evaluate_after_training", True):
@@ -121,22 +157,24 @@ def _train(cfg: DictConfig) -> None:
             check_components(to_container(cfg))
             from mdmkit.training.train import run_training as run
         run(cfg, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)
-    except MdmkitError as error:
-        _fail(error)
+
+
+def evaluate() -> None:
+    """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
+    _evaluate()
+    _exit_if_jobs_failed()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://mdmkit.conf", config_name="evaluate")
-def evaluate(cfg: DictConfig) -> None:
+def _evaluate(cfg: DictConfig) -> None:
     from mdmkit.evaluation.evaluate import run_evaluation
 
     hydra_config = HydraConfig.get()
     output_dir = Path(hydra_config.runtime.output_dir)
-    try:
+    with _contained():
         rows = run_evaluation(cfg, output_dir, task_fields=_task_fields(list(hydra_config.overrides.task)))
         if hydra_config.mode == RunMode.MULTIRUN:
             _save_rows(rows, output_dir)
-    except MdmkitError as error:
-        _fail(error)
 
 
 def lm_eval() -> None:

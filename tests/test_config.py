@@ -93,3 +93,34 @@ def test_cli_unknown_key_is_one_clear_message(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "Could not override 'model.n_layer'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("limit=abc", "limit=abc must be an integer >= 1 or null"),
+    ("limit=2.5", "limit=2.5 must be an integer >= 1 or null"),
+    ("batch_size=abc", "batch_size=abc must be an integer >= 1"),
+    ("seed=abc", "seed=abc must be an integer >= 0"),
+    ("resume=no", "resume=no must be true or false"),
+    ("oracle=maybe", "oracle=maybe must be true or false"),
+    ("results_file=/proc/rows.jsonl", "results_file=/proc/rows.jsonl cannot be written"),
+])
+def test_evaluate_top_level_settings_are_typed_before_the_model_loads(override: str, message: str,
+                                                                      tmp_path: Path) -> None:
+    from mdmkit.evaluation.evaluate import run_evaluation
+
+    cfg = compose_config("evaluate", [f"ckpt={tmp_path}/absent.pt", f"results_file={tmp_path}/rows.jsonl", override])
+    with pytest.raises(ConfigError, match=message):  # before the (missing) checkpoint is looked for
+        run_evaluation(cfg, tmp_path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("eval_limit=0", "eval_limit=0 must be an integer >= 1 or null"),
+    ("eval_limit=abc", "eval_limit=abc must be an integer >= 1 or null"),
+    ("data.val_examples=x", "data.val_examples=x must be an integer >= 1"),
+    ("results_file=/proc/rows.jsonl", "results_file=/proc/rows.jsonl cannot be written"),
+])
+def test_training_settings_used_after_training_are_checked_before_it(override: str, message: str) -> None:
+    from mdmkit.training.preflight import check_run
+
+    with pytest.raises(ConfigError, match=message):
+        check_run(compose_config("train", [override]))

@@ -188,12 +188,15 @@ def test_a_bad_evaluation_sampler_stops_training_before_it_starts(tmp_path: Path
 def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path) -> None:
     train(tmp_path, "trainer.fast_dev_run=true")
     results = tmp_path / "sweep.jsonl"
-    out = run_cli("evaluate.py", "-m", f"ckpt={tmp_path}/model.pt", "sampler.k=0,45", "limit=4",
+    out = run_cli("evaluate.py", "-m", f"ckpt={tmp_path}/model.pt", "sampler.k=0,45", "limit=4,abc",
                   f"results_file={results}", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
     assert "error: sampler: k=0 must be >= 1" in out.stderr
     assert "NFE mean 1.00" in out.stdout  # the k=45 job ran: one pass reveals all 45 blanks
     assert len(results.read_text().splitlines()) == 1
+    # the sweep ran to its end, then says which jobs failed and exits with an error status
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error: 3 job(s) of the sweep failed (the others' rows are saved):" in out.stderr
+    assert "(sampler.k=45 limit=4)" not in out.stderr and "(sampler.k=45 limit=abc): limit=abc must" in out.stderr
 
 
 def test_ddp_with_two_cpu_processes(tmp_path: Path) -> None:

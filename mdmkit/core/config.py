@@ -27,6 +27,18 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def require_int(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+    """A top-level setting (no dataclass types it) that must be an integer >= `minimum` (or null if `optional`)."""
+    if optional and value is None:
+        return
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+            f"{name}={value} must be an integer >= {minimum}" + (" or null" if optional else ""))
+
+
+def require_bool(name: str, value: Any) -> None:
+    require(isinstance(value, bool), f"{name}={value} must be true or false")
+
+
 def _matches(value: Any, annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     if annotation is Any:

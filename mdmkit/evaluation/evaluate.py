@@ -21,7 +21,7 @@ from tqdm import tqdm
 from mdmkit.analysis.pareto import derive_family, row_label
 from mdmkit.analysis.pareto_plot import plot_fronts, plot_title
 from mdmkit.analysis.pareto_tables import runs_table
-from mdmkit.core.config import build, require, to_container
+from mdmkit.core.config import build, require, require_bool, require_int, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.distributed import Ranks, init_ranks
 from mdmkit.evaluation.generation import check_decoder
@@ -33,6 +33,7 @@ from mdmkit.evaluation.tracking import log_rows
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import (
     append_record,
+    check_writable,
     file_fingerprint,
     provenance,
     read_records,
@@ -171,8 +172,12 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
     checkpoint's own task, the other fields keep their trained values. None: all of `cfg.task` as given."""
     require(cfg.ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
                                   "model directory or hub name")
-    require(cfg.batch_size >= 1, f"batch_size={cfg.batch_size} must be >= 1")
-    require(cfg.limit is None or cfg.limit >= 1, f"limit={cfg.limit} must be >= 1 or null")
+    require_int("batch_size", cfg.batch_size, 1)
+    require_int("limit", cfg.limit, 1, optional=True)
+    require_int("seed", cfg.seed, 0)
+    require_bool("oracle", cfg.oracle)
+    require_bool("resume", cfg.resume)
+    check_writable(cfg.results_file)  # rows made by hours of sampling must have somewhere to go
     jobs = expand(cfg.sweep) if cfg.get("sweep") else [SweepJob(to_container(cfg.sampler), bool(cfg.oracle),
                                                                 chosen_preset())]
     for job in jobs:

@@ -27,6 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mdmkit.core.errors import ConfigError
+
 
 def machine() -> str:
     import torch  # here, so that reading results (Pareto fronts, plots) never pays for importing torch
@@ -117,15 +119,29 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    with path.open() as handle:
+    with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+            else:  # a torn line from a killed writer, or one that is not a row at all
                 warnings.warn(f"{path}:{number}: skipping a torn results line", stacklevel=2)
     return rows
+
+
+def check_writable(path: str | Path, option: str = "results_file") -> None:
+    """Stop before any work if rows could not be appended to `path` (they would be lost after the work)."""
+    path = Path(path).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as error:
+        raise ConfigError(f"{option}={path} cannot be written: {error.strerror or error}") from None
 
 
 

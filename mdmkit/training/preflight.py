@@ -12,8 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require
+from mdmkit.core.config import build, require, require_bool, require_int
 from mdmkit.core.errors import CheckpointError
+from mdmkit.io.results import check_writable
 
 # configs name the optimizer settings where they used to live, next to the Lightning module
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
@@ -46,8 +47,8 @@ def check_run(cfg: DictConfig) -> None:
     every = cfg.get("checkpoint_every")
     require(every is None or (isinstance(every, int) and every >= 1), f"checkpoint_every={every} must be >= 1")
     data = cfg.data
-    require(data.batch_size >= 1 and data.eval_batch_size >= 1, "data.batch_size and data.eval_batch_size must be >= 1")
-    require(data.val_examples >= 1, f"data.val_examples={data.val_examples} must be >= 1")
+    for name in ("batch_size", "eval_batch_size", "val_examples"):
+        require_int(f"data.{name}", data.get(name), 1)
     augment = data.get("augment", False)
     require(isinstance(augment, bool), f"data.augment={augment} must be true or false")
     require(not augment or cfg.get("indicator") is None,
@@ -58,7 +59,12 @@ def check_run(cfg: DictConfig) -> None:
     require(isinstance(compiled, bool) or compiled in COMPILE_MODES,
             f"compile={compiled} must be true, false or a torch.compile mode ({', '.join(COMPILE_MODES)})")
     ema_decay = cfg.get("ema_decay", 0.0)
-    require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
+    require(isinstance(ema_decay, (int, float)) and 0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
+    require_int("seed", cfg.get("seed", 0), 0)
+    if cfg.get("evaluate_after_training", True):
+        require_bool("evaluate_after_training", cfg.evaluate_after_training)
+        require_int("eval_limit", cfg.get("eval_limit"), 1, optional=True)
+        check_writable(cfg.results_file)  # the row of the test evaluation comes after all of training
 
 
 def _light(node: dict[str, Any]) -> dict[str, Any]:
