@@ -117,6 +117,10 @@ def run(args: argparse.Namespace, command: str) -> str:
     if len(found) > 1 and not args.tag:
         raise ValueError(f"rows of task {args.task} come from {len(found)} checkpoints ({', '.join(found)}): "
                          "pick one with --checkpoint")
+    differences = pareto.test_set_differences(selected)  # another n_givens, test_file or limit: no comparison
+    if differences:
+        raise ValueError(f"rows of task {args.task} were measured on different test sets ({'; '.join(differences)}):"
+                         " give the results of one test set")
     families = pareto.families(selected)
     if args.baseline and args.baseline not in families:
         raise ValueError(f"baseline family {args.baseline} has no rows (families: {', '.join(families)})")

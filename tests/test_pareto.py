@@ -259,6 +259,19 @@ def test_cli_one_line_errors(tmp_path):
         assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_rows_of_different_test_sets_are_not_put_on_one_front(tmp_path):
+    """A quick `limit=` run or harder puzzles (`task.n_givens=`) in the same results file would move the fronts."""
+    results = write_jsonl(tmp_path / "r.jsonl", sample_rows())  # rows from before `data` was stored: n alone
+    fewer = write_jsonl(tmp_path / "fewer.jsonl", [{**row("topk-confidence", 21, 0.9, k=4), "n": 20}])
+    assert run_script(str(results), "--task", "sudoku", "--out", str(tmp_path / "ok")).returncode == 0
+    data = [{**r, "data": {"task": "easy"}} for r in sample_rows()]
+    harder = write_jsonl(tmp_path / "harder.jsonl", [{**row("topk-confidence", 8, 1.0, k=9), "data": {"task": "hard"}}])
+    for files, message in (([results, fewer], "(n = 100, 20)"),
+                           ([write_jsonl(tmp_path / "d.jsonl", data), harder], "(2 data fingerprints")):
+        done = run_script(*map(str, files), "--task", "sudoku", "--out", str(tmp_path / "out"))
+        assert done.returncode == 2 and "measured on different test sets " + message in done.stderr, done.stderr
+
+
 def test_cli_compares_tagged_checkpoints_on_another_metric(tmp_path):
     mdm = [{**row("window-random", nfe, 0.0, sha="aaaaaaa111", window_param=1 / nfe), "spelling_accuracy": s}
            for nfe, s in ((4, 0.40), (8, 0.50), (16, 0.60))]

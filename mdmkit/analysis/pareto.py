@@ -77,6 +77,16 @@ def _seed(row: Mapping[str, Any]) -> Any:
     return config.get("seed") if isinstance(config, Mapping) else None
 
 
+def test_set_differences(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """How the rows' test sets differ, if they do: in their data (the test split's fingerprint, stored in rows
+    since it was added; older rows compare by size alone) or in how many examples they hold (`limit`)."""
+    rows = list(rows)
+    sizes = sorted({str(row.get("n")) for row in rows})
+    data = {canonical(row["data"]) for row in rows if "data" in row}
+    return ([f"n = {', '.join(sizes)}"] if len(sizes) > 1 else []) + (
+        [f"{len(data)} data fingerprints (task settings or test_file)"] if len(data) > 1 else [])
+
+
 def dedup_key(row: Mapping[str, Any]) -> tuple:
     """Identity of an evaluation: the row's `key` if it has one, else (kind, checkpoint, task, family, sampler
     config, seed, n). `n` is part of it so that a quick `limit=` run never replaces a full-split run."""

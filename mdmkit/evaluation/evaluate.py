@@ -76,7 +76,7 @@ class _Rows:
         self.measurement = {"checkpoint": checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
                             "batch_size": cfg.batch_size}
         self.common = {"checkpoint": checkpoint, "checkpoint_sha": checkpoint_sha, "weights": weights,
-                       "task": task_name, "seed": cfg.seed, "limit": cfg.limit,
+                       "task": task_name, "data": data, "seed": cfg.seed, "limit": cfg.limit,
                        "world_size": ranks.world_size}  # how many processes made it; not part of the key
         self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
