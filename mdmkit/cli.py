@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from mdmkit.core.config import to_container
-from mdmkit.core.errors import MdmkitError
+from mdmkit.core.errors import ConfigError, MdmkitError
 from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
 
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
@@ -62,6 +62,18 @@ def _task_fields(overrides: list[str]) -> set[str]:
         if key.startswith("task."):
             fields.add(key.split(".")[1])
     return fields
+
+
+def _check_sweep_overrides(cfg: DictConfig, overrides: list[str]) -> None:
+    """`sweep=` takes every sampler and its oracle flag from the sweep's grid: refuse `sampler...` and `oracle=`
+    given beside it, which would be ignored (every row found done, or made with the grid's settings)."""
+    if not cfg.get("sweep"):
+        return
+    ignored = [o.input_line for o in OverridesParser.create().parse_overrides(overrides)
+               if o.key_or_group.split(".")[0] in ("sampler", "oracle")]
+    if ignored:
+        raise ConfigError(f"sweep={cfg.sweep.get('name', '...')} sets the samplers and oracle of each row; "
+                          f"{' '.join(ignored)} would be ignored: drop it, or add it to the sweep's grid")
 
 
 def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
@@ -172,6 +184,7 @@ def _evaluate(cfg: DictConfig) -> None:
     hydra_config = HydraConfig.get()
     output_dir = Path(hydra_config.runtime.output_dir)
     with _contained():
+        _check_sweep_overrides(cfg, list(hydra_config.overrides.task))
         rows = run_evaluation(cfg, output_dir, task_fields=_task_fields(list(hydra_config.overrides.task)))
         if hydra_config.mode == RunMode.MULTIRUN:
             _save_rows(rows, output_dir)

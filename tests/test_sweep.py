@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import TINY, compose_config, run_cli
+from conftest import ROOT, TINY, compose_config, run_cli
 from omegaconf import open_dict
 
 import mdmkit.evaluation.evaluate as evaluate_module
@@ -147,3 +147,22 @@ def test_the_slurm_launcher_config_composes() -> None:
     with initialize_config_module("mdmkit.conf", version_base="1.3"):
         cfg = compose("evaluate", ["ckpt=x.pt", "hydra/launcher=slurm"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.gpus_per_node == 1
+
+
+def test_sampler_overrides_beside_a_sweep_are_refused_not_ignored(tmp_path: Path) -> None:
+    out = run_cli("evaluate.py", f"ckpt={ROOT}/checkpoints/sudoku_mdm.pt", "sweep=sudoku_fronts", "sampler.k=7",
+                  "oracle=true", f"results_file={tmp_path}/rows.jsonl", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "error: sweep=sudoku_fronts sets the samplers and oracle of each row; sampler.k=7 oracle=true would be "
+        "ignored: drop it, or add it to the sweep's grid")
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+def test_asking_for_the_oracle_of_a_recorded_sampler_adds_only_the_oracle_row(checkpoint: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    first = evaluate(checkpoint, results, "sampler.k=2")
+    again = evaluate(checkpoint, results, "sampler.k=2", "oracle=true")
+    stored = read_records(results)
+    assert [r["kind"] for r in stored] == ["evaluate", "oracle"]  # the sampler's row is not written twice
+    assert again[0]["key"] == first[0]["key"] and again[1]["kind"] == "oracle"

@@ -96,7 +96,10 @@ class _Rows:
 Measure = Callable[[SweepJob], EvalResult | None]  # None on the ranks other than 0 of a data-parallel run
 
 
-def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows) -> list[dict]:
+def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows,
+             stored: Collection[str]) -> list[dict]:
+    """Measure one job and append its rows, except those already `stored` (the sampler's row, when only the
+    oracle floor asked for beside it is new)."""
     result = measure(job)
     if result is None:
         return []
@@ -110,7 +113,7 @@ def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, r
                  "tokens_per_s": None}
         made.append(rows.row("oracle", {"name": "oracle", "reference": job.sampler}, floor, job.preset))
         print(f"[{task_name}] {row_label(made[1])}: NFE mean {summary['oracle_nfe_mean']:.2f}")
-    return [append_record(cfg.results_file, row) for row in made]
+    return [row if row["key"] in stored else append_record(cfg.results_file, row) for row in made]
 
 
 def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
@@ -208,8 +211,8 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
                       f"it): accuracy {done[0]['accuracy']:.4f}, NFE mean {done[0]['nfe_mean']:.2f}")
                 collected += done
                 continue
-            new = _run_job(job, cfg, task_name, measure, rows)
-            made += len(new)
+            new = _run_job(job, cfg, task_name, measure, rows, resumed)
+            made += sum(row["key"] not in resumed for row in new)
             collected += new
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not land in the exit handlers
