@@ -125,7 +125,8 @@ def test_overlapping_splits_are_refused() -> None:
 
 def test_sudoku_file_is_read_and_solved(tmp_path: Path) -> None:
     path = tmp_path / "puzzles.txt"
-    path.write_text(f"# a classic\n{PUZZLE}\n{PUZZLE.replace('0', '.')}\n")
+    relabelled = PUZZLE.translate(str.maketrans("12", "21")).replace("0", ".")  # another puzzle, '.' blanks
+    path.write_text(f"# a classic\n{PUZZLE}\n{relabelled}\n")
     task = sudoku(tmp_path, test_file=str(path))
     test = task.load_splits()["test"]
     assert len(test) == 2
@@ -140,6 +141,8 @@ def test_sudoku_file_is_read_and_solved(tmp_path: Path) -> None:
         (PUZZLE[:-1] + "x", ":2: expected 81 characters"),
         ("55" + PUZZLE[2:], ":2: puzzle has no solution"),
         ("0" * 81, ":2: puzzle has several solutions"),
+        (SOLUTION, ":2: every cell is given: nothing to fill"),
+        (PUZZLE.replace("0", "."), "1 of its 2 examples repeat an earlier one"),  # it would count twice
     ],
 )
 def test_malformed_sudoku_file_names_the_line(tmp_path: Path, line: str, message: str) -> None:
@@ -175,10 +178,23 @@ def test_maze_file_round_trip_and_malformed_lines(tmp_path: Path) -> None:
         ([json.dumps(good), "{not json"], ":2: not a valid 4x4 maze"),
         ([json.dumps(good), json.dumps({"edges": good["edges"]})], ":2: not a valid 4x4 maze"),
         ([json.dumps(bad_edge)], ":1: not a valid 4x4 maze"),
+        ([json.dumps({**good, "start": 2.7})], ":1: .*cell 2.7 is not an integer"),  # not coerced to 2
+        ([json.dumps({**good, "goal": "15"})], ':1: .*cell "15" is not an integer'),
+        ([json.dumps({**good, "edges": [[True, 1]] + good["edges"][1:]})], ":1: .*cell true is not an integer"),
+        (['{"edges": [[1e400, 1]], "start": 0, "goal": 1}'], ":1: .*cell Infinity is not an integer"),
+        ([json.dumps({**good, "goal": 3})], ":1: .*start and goal are the same cell"),
+        ([json.dumps(good), json.dumps(good)], "1 of its 2 examples repeat an earlier one"),
     ]:
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(DataFormatError, match=message):
             maze(tmp_path, test_file=str(path)).load_splits()
+
+
+def test_a_test_file_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "binary.txt"
+    path.write_bytes(b"\xff\xfe" + PUZZLE.encode())
+    with pytest.raises(DataFormatError, match="binary.txt: not UTF-8 text"):
+        sudoku(tmp_path, test_file=str(path)).load_splits()
 
 
 def test_maze_cells_answer_marks_exactly_the_path_cells(tmp_path: Path) -> None:

@@ -197,7 +197,17 @@ class PuzzleTask(Validated):
     def _read_test_file(self) -> Examples | None:
         """The examples of `test_file` (None without one), read before anything is generated: a malformed file
         fails in a second, not after the whole dataset has been made."""
-        return None if self.test_file is None else self.read_file(Path(self.test_file).expanduser())
+        if self.test_file is None:
+            return None
+        path = Path(self.test_file).expanduser()
+        try:
+            examples = self.read_file(path)
+        except UnicodeDecodeError as error:
+            raise DataFormatError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        repeats = len(examples.keys) - len(set(examples.keys.tolist()))
+        if repeats:  # each would count twice in the accuracy
+            raise DataFormatError(f"{path}: {repeats} of its {len(examples.keys)} examples repeat an earlier one")
+        return examples
 
     def pack(self, examples: Examples) -> dict[str, np.ndarray]:
         """The arrays a cache file stores; tasks with a tighter code than `pack_tokens` override this and

@@ -97,8 +97,10 @@ class MazeTask(PuzzleTask):
             where = f"{path}:{number}"
             try:
                 record = json.loads(line)
-                edges = tuple((int(a), int(b)) for a, b in record["edges"])
-                start, goal = int(record["start"]), int(record["goal"])
+                edges = tuple((_cell(a), _cell(b)) for a, b in record["edges"])
+                start, goal = _cell(record["start"]), _cell(record["goal"])
+                if start == goal:
+                    raise ValueError(f"start and goal are the same cell ({start})")
                 path_cells = maze_path(self.grid_size, edges, start, goal)
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
                 raise DataFormatError(f"{where}: not a valid {self.grid_size}x{self.grid_size} maze: {error}") from None
@@ -115,3 +117,10 @@ class MazeTask(PuzzleTask):
     def score(self, predicted: torch.Tensor, target: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
         """Exact match on the answer region: in a tree the start->goal path (and its cell set) is unique."""
         return ((predicted == target) | ~answer_mask).all(1)
+
+
+def _cell(value: object) -> int:
+    """A cell number as the file must give it: a JSON integer (not 2.7, "10" or true, which would be coerced)."""
+    if type(value) is not int:
+        raise ValueError(f"cell {json.dumps(value)[:40]} is not an integer")
+    return value

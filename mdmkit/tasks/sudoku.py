@@ -88,6 +88,8 @@ class SudokuTask(PuzzleTask):
             if len(text) != 81 or any(ch not in "0123456789." for ch in text):
                 raise DataFormatError(f"{where}: expected 81 characters of 1-9 (givens) and 0 or '.' (blanks)")
             puzzle = np.array([0 if ch == "." else int(ch) for ch in text], dtype=np.int8)
+            if puzzle.all():
+                raise DataFormatError(f"{where}: every cell is given: nothing to fill")
             solved = find_solutions(puzzle, limit=2)
             if len(solved) != 1:
                 raise DataFormatError(f"{where}: puzzle has {'no solution' if not solved else 'several solutions'}")
