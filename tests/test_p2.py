@@ -15,6 +15,7 @@ from mdmkit.core.config import build, option
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers import ForwardCounter, P2Sampler
 
 V, MASK, L = 6, 5, 10
@@ -244,3 +245,13 @@ def test_a_planner_checkpoint_is_resolved_by_evaluation_not_by_the_sampler(tmp_p
         build_sampler(config)  # checked before any model is loaded
     with pytest.raises(ConfigError, match="loaded network"):
         P2Sampler(planner="a/path.pt")  # a sampler never opens files
+
+
+def test_a_planner_of_another_task_is_one_line() -> None:
+    base = TrainedModel(ROOT / "checkpoints/sudoku_mdm.pt").network()
+    config = {"_target_": "mdmkit.samplers.p2.P2Sampler", "steps": 2, "planner": str(ROOT / "checkpoints/maze_mdm.pt")}
+    with pytest.raises(CheckpointError, match=r"maze_mdm.pt: a model of another task \(\d+ tokens, 50 positions\) "
+                                              r"than the one evaluated \(\d+ tokens, 89 positions\)"):
+        build_sampler(config, base)
+    same = {**config, "planner": str(ROOT / "checkpoints/sudoku_mdm.pt")}
+    assert build_sampler(same, base).planner is not None

@@ -171,6 +171,11 @@ def test_missing_and_incompatible_checkpoints_are_one_line_errors(tmp_path: Path
     junk.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         TrainedModel(junk)
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="list.pt: not an mdmkit checkpoint \\(a saved list, not a dict\\)"):
+        TrainedModel(tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="is a directory: name a checkpoint file"):
+        TrainedModel(tmp_path)
     train(tmp_path, "trainer.fast_dev_run=true")
     out = run_cli("evaluate.py", f"ckpt={tmp_path}/model.pt", "task=maze", cwd=tmp_path)
     assert out.returncode == 2

@@ -26,7 +26,14 @@ def _device(network: nn.Module) -> Any:
 
 
 def _planner(path: Path, network: nn.Module) -> nn.Module:
-    return TrainedModel(path).network().to(_device(network))
+    planner = TrainedModel(path).network()
+    (vocab, length), (base_vocab, base_length) = (
+        [getattr(getattr(net, "config", None), name, None) for name in ("vocab_size", "max_len")]
+        for net in (planner, network))
+    if None not in (vocab, length, base_vocab, base_length) and (vocab != base_vocab or length < base_length):
+        raise CheckpointError(f"sampler.planner={path}: a model of another task ({vocab} tokens, {length} "
+                              f"positions) than the one evaluated ({base_vocab} tokens, {base_length} positions)")
+    return planner.to(_device(network))
 
 
 def _indicator(path: Path, network: nn.Module) -> IndicatorScorer:

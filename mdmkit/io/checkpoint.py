@@ -22,17 +22,22 @@ MACHINE_TASK_FIELDS = ("cache_dir", "workers")  # where and how fast data are ma
 
 
 def _read(path: Path, mmap: bool = False) -> dict[str, Any]:
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory: name a checkpoint file (model.pt, a .ckpt) in it")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         try:
-            return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+            state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
         except RuntimeError:
             if not mmap:
                 raise
-            return torch.load(path, map_location="cpu", weights_only=False)  # the legacy format cannot be mapped
+            state = torch.load(path, map_location="cpu", weights_only=False)  # the legacy format cannot be mapped
     except Exception as error:  # noqa: BLE001 (a truncated or foreign file: one line, not a traceback)
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not an mdmkit checkpoint (a saved {type(state).__name__}, not a dict)")
+    return state
 
 
 def _plain(value: Any) -> Any:

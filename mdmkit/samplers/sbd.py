@@ -21,6 +21,7 @@ from typing import ClassVar
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
@@ -37,7 +38,7 @@ def prompt_lengths(tokens: torch.Tensor, mask_id: int) -> torch.Tensor:
     lengths = (~answer).long().cumprod(1).sum(1)
     columns = torch.arange(tokens.shape[1], device=tokens.device)
     if not torch.equal(answer, columns[None, :] >= lengths[:, None]):
-        raise ValueError("causal decoding fills a suffix: every row must be prompt tokens followed only by "
+        raise CapabilityError("causal decoding fills a suffix: every row must be prompt tokens followed only by "
                          "masks (infilling tasks such as Sudoku need a masked diffusion sampler)")
     if bool((lengths == 0).any()):
         raise ValueError("causal decoding needs at least one prompt token per row")
