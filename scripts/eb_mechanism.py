@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mdmkit.analysis.pages import command_line, stamp
+from mdmkit.analysis.pages import command_line, positive_int, run_script, stamp
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers import EBSampler, ForwardCounter
 from mdmkit.samplers.ordering import entropy
@@ -131,8 +131,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--gammas", type=float, nargs="+", default=[1e-5, 1e-3, 0.1])
-    parser.add_argument("--limit", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--limit", type=positive_int, default=1000)
+    parser.add_argument("--batch-size", type=positive_int, default=250)
     parser.add_argument("--out", type=Path, default=Path("docs/results/sudoku_eb_mechanism"))
     args = parser.parse_args()
     trained = TrainedModel(args.checkpoint)
@@ -147,4 +147,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "eb_mechanism.py")

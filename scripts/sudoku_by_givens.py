@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
+from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import wilson_interval
@@ -87,8 +87,8 @@ def main() -> None:
     parser.add_argument("checkpoints", nargs="+")
     parser.add_argument("--ordering", default="confidence",
                         help="the Top-1 ordering (confidence, entropy, margin)")
-    parser.add_argument("--limit", type=int, default=None, help="the first LIMIT test puzzles (default: all)")
-    parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--limit", type=positive_int, default=None, help="the first LIMIT test puzzles (default: all)")
+    parser.add_argument("--batch-size", type=positive_int, default=250)
     parser.add_argument("--out", type=Path, default=Path("docs/results/sudoku_by_givens"))
     parser.add_argument("--notes", type=Path,
                         help="a markdown file whose text ends the page (what the rows show)")
@@ -106,4 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "sudoku_by_givens.py")

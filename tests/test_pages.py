@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -54,3 +55,19 @@ def test_command_line_is_relative_to_the_repository_and_quoted():
         "python scripts/pareto.py --title 'a b' --out x")
     outside = Path("/elsewhere/run.py")
     assert command_line(outside, []) == "python /elsewhere/run.py"
+
+
+def test_scripts_end_in_one_line_on_mdmkit_errors(capsys) -> None:
+    from mdmkit.analysis.pages import positive_int, run_script
+    from mdmkit.core.errors import CheckpointError
+
+    def missing() -> None:
+        raise CheckpointError("checkpoint not found: /nowhere.pt")
+
+    with pytest.raises(SystemExit) as stopped:
+        run_script(missing, "some_script.py")
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == "some_script.py: error: checkpoint not found: /nowhere.pt\n"
+    assert positive_int("3") == 3
+    with pytest.raises(ValueError):
+        positive_int("0")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mdmkit.core.errors import MdmkitError
 from mdmkit.io.results import machine, provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,24 @@ def command_line(script: str | Path, args: Sequence[str]) -> str:
     path = Path(script).resolve()
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return shlex.join(["python", str(shown), *args])
+
+
+def run_script(main: Callable[[], Any], name: str) -> None:
+    """A script's entry point: mdmkit's errors (a missing checkpoint, a bad value) and unreadable files end in one
+    line and status 2, not a traceback."""
+    try:
+        main()
+    except (MdmkitError, OSError) as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a `--limit 0` would leave nothing to measure)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 def stamp() -> dict[str, Any]:
