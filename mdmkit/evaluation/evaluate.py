@@ -122,7 +122,7 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
     trained = TrainedModel(cfg.ckpt)
     if task is not None:  # `task=maze` on a maze checkpoint: its trained settings, unless overridden by name
         task, kept = trained.task_for(to_container(cfg.task), task_fields)
-        if kept and ranks.main:
+        if kept and ranks.main and not task.test_file:  # a test_file replaces the data those settings make
             print(f"[{task.name}] kept from the checkpoint: {', '.join(kept)} (task.FIELD=... sets one)")
     task = task if task is not None else trained.task
     network = trained.network(task).to(resolve_device(cfg.device))
