@@ -43,7 +43,7 @@ class SudokuTask(PuzzleTask):
     def validate(self) -> None:
         super().validate()
         lo, hi = (self.n_givens, self.n_givens) if isinstance(self.n_givens, int) else self.n_givens
-        require(lo <= hi, f"n_givens={list(self.n_givens)} is a range [lo, hi] with lo <= hi")
+        require(lo <= hi, f"n_givens={[lo, hi]} is a range [lo, hi] with lo <= hi")
         require(17 <= lo and hi <= 80,
                 f"n_givens={self.n_givens} must lie in [17, 80] (17 is the minimum for uniqueness)")
 
