@@ -186,12 +186,12 @@ def test_shift_realigns_logits_by_one_position() -> None:
 def test_llada_and_dream_checkpoints_without_a_tokenizer_fail_before_the_weights(tmp_path: Path,
                                                                                    monkeypatch) -> None:
     # LLaDA and Dream load into mdmkit's own network (tests/test_native_llms.py checks it against the hub code);
-    # their tokenizer is read first, so a directory without one fails in one line before any weight is read.
+    # their config and tokenizer are read first, so a directory without them fails in one line before any weight.
     read = []
     monkeypatch.setattr("mdmkit.models.hf.load_diffusion_lm", lambda *args: read.append(args))
     (tmp_path / "model").mkdir()
     for kind in ("llada", "dream"):
-        with pytest.raises(CheckpointError, match="cannot load the tokenizer of"):
+        with pytest.raises(CheckpointError, match="no config.json|cannot load the tokenizer of"):
             load_masked_diffusion(str(tmp_path / "model"), kind)
     assert not read
     with pytest.raises(CheckpointError, match="kind='bert' is not one of generic, llada, dream"):

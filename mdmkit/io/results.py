@@ -139,7 +139,10 @@ def check_writable(path: str | Path, option: str = "results_file") -> None:
     path = Path(path).expanduser()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        if not existed:
+            path.unlink()  # a run that fails later leaves no empty results file behind
     except OSError as error:
         raise ConfigError(f"{option}={path} cannot be written: {error.strerror or error}") from None
 

@@ -106,6 +106,15 @@ def _time_limit(cfg: DictConfig) -> list[Callback]:
     return [timer, AnnealByTime(timer)] if anneal else [timer]
 
 
+class _Checkpoints(ModelCheckpoint):
+    """Lightning's checkpointing, with last.ckpt always at the step training ended at: Lightning skips that save
+    once any last.ckpt was written, leaving the one of the last validation (a time limit stops between them)."""
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
 def _single_process(cfg: DictConfig) -> bool:
     """Whether training runs in one process: there, saving on an exception cannot wait on a rank that is gone."""
     devices, nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
@@ -120,7 +129,7 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     if on_start is not None:
         on_start()
     interval = cfg.trainer.get("val_check_interval")
-    checkpoints = ModelCheckpoint(
+    checkpoints = _Checkpoints(
         dirpath=output_dir / "checkpoints",
         filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
         auto_insert_metric_name=False,
