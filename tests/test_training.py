@@ -102,7 +102,9 @@ def test_ctrl_c_keeps_the_step_reached_and_resumes_exactly(tmp_path: Path, monke
             train(interrupted, *common)
     assert seen["periodic"] == 4  # the validation at step 4 refreshed it
     assert torch.load(interrupted / "checkpoints/last.ckpt", weights_only=False)["global_step"] == 5
-    assert f"interrupted at step 5; resume with: python train.py ckpt_path={interrupted}" in capsys.readouterr().err
+    assert sorted(p.name for p in (interrupted / "checkpoints").iterdir()) == ["last.ckpt"]  # no step file
+    assert (f"interrupted at step 5; last.ckpt holds step 5; resume with: python train.py ckpt_path={interrupted}"
+            in capsys.readouterr().err)
     train(interrupted, *common, f"ckpt_path={interrupted}/checkpoints/last.ckpt")
     expected, actual = _weights(straight / "checkpoints/last.ckpt"), _weights(interrupted / "checkpoints/last.ckpt")
     for name in expected:

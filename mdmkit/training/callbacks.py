@@ -1,15 +1,53 @@
-"""Lightning callbacks of a training run: logged steps that survive a resume, a progress bar that counts steps,
-a time limit per call, and a learning-rate decay that ends by that limit."""
+"""Lightning callbacks of a training run: checkpoints that keep the step reached, logged steps that survive a
+resume, a progress bar that counts steps, a time limit per call, and a learning-rate decay that ends by that limit."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, RichProgressBar, Timer, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from mdmkit.training.optim import WarmupCosine
+
+
+class RunCheckpoints(ModelCheckpoint):
+    """`last.ckpt` that holds the step reached: written every `every` steps (`checkpoint_every`, else each
+    validation's), at the step training ended at (Lightning skips that once any last.ckpt was written, keeping the
+    last validation's when a time limit stops between them), and on Ctrl-C, SIGTERM or a crash in one process once
+    training has started (a failed resume never overwrites the run's good checkpoint). `keep_every`: also keep
+    `stepNNNNNNN.ckpt` files. In several processes an exception saves nothing: a rank that is gone would be
+    waited for."""
+
+    def __init__(self, dirpath: Any, every: int | None, keep_every: bool) -> None:
+        super().__init__(
+            dirpath=dirpath,
+            filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
+            auto_insert_metric_name=False,
+            save_last=True,
+            save_top_k=-1 if keep_every else 0,
+            every_n_train_steps=every,
+            enable_version_counter=False,  # a resumed run (moved or not) writes its own last.ckpt, never last-v1
+        )
+        self._training = False
+
+    @property
+    def saved_step(self) -> int:
+        """The global step of the last checkpoint this run wrote (0: none)."""
+        return self._last_global_step_saved
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._training = True  # the checkpoint, optimizer included, is restored by now
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if self._training and trainer.world_size == 1 and self.saved_step != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.saved_step != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 class LogAtGlobalStep(Callback):

@@ -10,7 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
@@ -29,7 +29,7 @@ from mdmkit.io.checkpoint import (
     shape_mismatch,
 )
 from mdmkit.io.results import append_record
-from mdmkit.training.callbacks import AnnealByTime, CallTimer, LogAtGlobalStep, progress_bar
+from mdmkit.training.callbacks import AnnealByTime, CallTimer, LogAtGlobalStep, RunCheckpoints, progress_bar
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import check_run
@@ -106,21 +106,6 @@ def _time_limit(cfg: DictConfig) -> list[Callback]:
     return [timer, AnnealByTime(timer)] if anneal else [timer]
 
 
-class _Checkpoints(ModelCheckpoint):
-    """Lightning's checkpointing, with last.ckpt always at the step training ended at: Lightning skips that save
-    once any last.ckpt was written, leaving the one of the last validation (a time limit stops between them)."""
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-
-
-def _single_process(cfg: DictConfig) -> bool:
-    """Whether training runs in one process: there, saving on an exception cannot wait on a rank that is gone."""
-    devices, nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
-    return devices in (1, "1") and nodes in (1, None) and "ddp" not in str(cfg.trainer.get("strategy", ""))
-
-
 def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
         banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
     """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
@@ -129,16 +114,8 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     if on_start is not None:
         on_start()
     interval = cfg.trainer.get("val_check_interval")
-    checkpoints = _Checkpoints(
-        dirpath=output_dir / "checkpoints",
-        filename="step{step:07d}",  # no '=' in file names: they must pass as Hydra overrides (ckpt_path=...)
-        auto_insert_metric_name=False,
-        save_last=True,  # refreshed every `checkpoint_every` steps, else at each validation's step
-        save_top_k=0 if cfg.checkpoint_every is None else -1,
-        every_n_train_steps=cfg.checkpoint_every or (interval if isinstance(interval, int) else None),
-        save_on_exception=_single_process(cfg),  # Ctrl-C, SIGTERM, a crash: the step reached is kept
-        enable_version_counter=False,  # a resumed run (moved or not) writes its own last.ckpt, never last-v1.ckpt
-    )
+    checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=cfg.checkpoint_every is not None,
+                                 every=cfg.checkpoint_every or (interval if isinstance(interval, int) else None))
     callbacks = [LogAtGlobalStep(), checkpoints, LearningRateMonitor(logging_interval="step")]
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(progress_bar())
@@ -151,9 +128,9 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
         except (KeyboardInterrupt, SystemExit):  # Lightning exits on Ctrl-C and SIGTERM after saving last.ckpt
-            if trainer.interrupted and trainer.is_global_zero and (output_dir / "checkpoints/last.ckpt").exists():
-                print(f"interrupted at step {trainer.global_step}; resume with: python train.py "
-                      f"ckpt_path={output_dir}", file=sys.stderr)
+            if trainer.interrupted and trainer.is_global_zero and checkpoints.saved_step:
+                print(f"interrupted at step {trainer.global_step}; last.ckpt holds step {checkpoints.saved_step}; "
+                      f"resume with: python train.py ckpt_path={output_dir}", file=sys.stderr)
             raise
         return trainer, time.perf_counter() - started
     except MisconfigurationException as error:
