@@ -90,20 +90,24 @@ _failed_jobs: list[str] = []  # this process's failed multirun jobs (the basic l
 
 @contextmanager
 def _contained() -> Iterator[None]:
-    """A run's failure: one line on stderr (a traceback for a bug) and status 2. A multirun job's failure is
-    recorded and the sweep goes on; `_exit_if_jobs_failed` reports them and sets the status at its end."""
+    """A run's failure: one line on stderr (a traceback for a bug) and status 2. In a multirun a job's mdmkit
+    error is one line and the sweep goes on; with the basic launcher (jobs in this process) any failure is, and
+    `_exit_if_jobs_failed` lists them and sets the status at the end. Other launchers see a bug's exception."""
     try:
         yield
     except Exception as error:  # a multirun contains every job's failure
-        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        hydra_config = HydraConfig.get()
+        multirun = hydra_config.mode == RunMode.MULTIRUN
+        in_process = multirun and hydra_config.launcher._target_.endswith(".BasicLauncher")
         if not isinstance(error, MdmkitError):
-            if not multirun:
+            if not in_process:  # a launcher of other processes marks the job failed itself
                 raise
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
-        _failed_jobs.append(f"{_job_label()}: {error}")
+        if in_process:
+            _failed_jobs.append(f"{_job_label()}: {error}")
 
 
 def _job_label() -> str:

@@ -191,7 +191,7 @@ def test_llada_and_dream_checkpoints_without_a_tokenizer_fail_before_the_weights
     monkeypatch.setattr("mdmkit.models.hf.load_diffusion_lm", lambda *args: read.append(args))
     (tmp_path / "model").mkdir()
     for kind in ("llada", "dream"):
-        with pytest.raises(CheckpointError, match="no config.json|cannot load the tokenizer of"):
+        with pytest.raises(CheckpointError, match="no config.json"):  # the tokenizer: test_native_llms.py
             load_masked_diffusion(str(tmp_path / "model"), kind)
     assert not read
     with pytest.raises(CheckpointError, match="kind='bert' is not one of generic, llada, dream"):

@@ -277,6 +277,18 @@ def test_broken_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
         load_diffusion_lm(truncated, "dream")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_checkpoint_without_a_tokenizer_fails_before_its_weights_are_read(kind: str, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdmkit.models.hf import load_masked_diffusion
+
+    read = []
+    monkeypatch.setattr("mdmkit.models.hf.load_diffusion_lm", lambda *args: read.append(args))
+    with pytest.raises(CheckpointError, match="cannot load the tokenizer of"):
+        load_masked_diffusion(str(copy_fixture(kind, tmp_path / "model")), kind)  # config and weights only
+    assert not read
+
+
 @pytest.mark.parametrize("kind, other", [("llada", "dream"), ("dream", "llada")])
 def test_a_checkpoint_loaded_as_the_other_kind_says_which_kind_it_is(kind: str, other: str, tmp_path: Path) -> None:
     from mdmkit.models.hf import load_masked_diffusion

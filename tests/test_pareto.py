@@ -264,10 +264,10 @@ def test_rows_of_different_test_sets_are_not_put_on_one_front(tmp_path):
     results = write_jsonl(tmp_path / "r.jsonl", sample_rows())  # rows from before `data` was stored: n alone
     fewer = write_jsonl(tmp_path / "fewer.jsonl", [{**row("topk-confidence", 21, 0.9, k=4), "n": 20}])
     assert run_script(str(results), "--task", "sudoku", "--out", str(tmp_path / "ok")).returncode == 0
-    data = [{**r, "data": {"task": "easy"}} for r in sample_rows()]
-    harder = write_jsonl(tmp_path / "harder.jsonl", [{**row("topk-confidence", 8, 1.0, k=9), "data": {"task": "hard"}}])
+    easy = [{**r, "test_set": "easy"} for r in sample_rows()]
+    harder = write_jsonl(tmp_path / "harder.jsonl", [{**row("topk-confidence", 8, 1.0, k=9), "test_set": "hard"}])
     for files, message in (([results, fewer], "(n = 100, 20)"),
-                           ([write_jsonl(tmp_path / "d.jsonl", data), harder], "(2 data fingerprints")):
+                           ([write_jsonl(tmp_path / "d.jsonl", easy), harder], "(2 different sets of examples")):
         done = run_script(*map(str, files), "--task", "sudoku", "--out", str(tmp_path / "out"))
         assert done.returncode == 2 and "measured on different test sets " + message in done.stderr, done.stderr
 

@@ -183,6 +183,13 @@ def test_prompts_longer_than_max_length_lose_their_start(masked_dir):
         model.encode_prompt("x", False, 12)
 
 
+def test_without_max_length_prompts_are_cut_to_the_models_positions(masked_dir):
+    model = load_text_model(str(masked_dir), HFModelConfig(), "cpu")
+    positions = model.network.model.config.max_position_embeddings
+    assert model.max_length == positions
+    assert len(model.encode_prompt("one two " * positions, False, 4)) == positions - 4
+
+
 def test_causal_baseline_decodes_greedily_with_one_forward_per_token(causal_dir):
     model = load_text_model(str(causal_dir), HFModelConfig(kind="causal"), "cpu")
     made = generate(model, ["def add(a, b):\n", "x"], NTPDecoder(), 6, ["\n\n\n"], batch_size=2, progress=False)

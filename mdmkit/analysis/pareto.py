@@ -78,13 +78,13 @@ def _seed(row: Mapping[str, Any]) -> Any:
 
 
 def test_set_differences(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """How the rows' test sets differ, if they do: in their data (the test split's fingerprint, stored in rows
-    since it was added; older rows compare by size alone) or in how many examples they hold (`limit`)."""
+    """How the rows' test sets differ, if they do: in their examples (`test_set`, a hash of them stored in rows
+    since it was added; older rows compare by size alone) or in how many they hold (`limit`)."""
     rows = list(rows)
     sizes = sorted({str(row.get("n")) for row in rows})
-    data = {canonical(row["data"]) for row in rows if "data" in row}
+    examples = {row["test_set"] for row in rows if "test_set" in row}
     return ([f"n = {', '.join(sizes)}"] if len(sizes) > 1 else []) + (
-        [f"{len(data)} data fingerprints (task settings or test_file)"] if len(data) > 1 else [])
+        [f"{len(examples)} different sets of examples (task settings or test_file)"] if len(examples) > 1 else [])
 
 
 def dedup_key(row: Mapping[str, Any]) -> tuple:

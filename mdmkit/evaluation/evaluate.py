@@ -8,9 +8,10 @@ and rank 0 writes the same rows a single process would (`distributed.py`), with 
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,12 @@ class _Rows:
     """Builds results rows for one (model, task) pair: keys, provenance and shared context."""
 
     def __init__(self, cfg: DictConfig, checkpoint: str, checkpoint_sha: str, task_name: str, data: dict,
-                 weights: str, train_config: dict | None, ranks: Ranks) -> None:
+                 test_set: str, weights: str, train_config: dict | None, ranks: Ranks) -> None:
         # batch_size is part of it: with temperature > 0 the random draws depend on how rows are batched
         self.measurement = {"checkpoint": checkpoint_sha, "data": data, "seed": cfg.seed, "limit": cfg.limit,
                             "batch_size": cfg.batch_size}
         self.common = {"checkpoint": checkpoint, "checkpoint_sha": checkpoint_sha, "weights": weights,
-                       "task": task_name, "data": data, "seed": cfg.seed, "limit": cfg.limit,
+                       "task": task_name, "test_set": test_set, "seed": cfg.seed, "limit": cfg.limit,
                        "world_size": ranks.world_size}  # how many processes made it; not part of the key
         self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
@@ -97,9 +98,9 @@ Measure = Callable[[SweepJob], EvalResult | None]  # None on the ranks other tha
 
 
 def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, rows: _Rows,
-             stored: Collection[str]) -> list[dict]:
+             stored: Mapping[str, dict]) -> list[dict]:
     """Measure one job and append its rows, except those already `stored` (the sampler's row, when only the
-    oracle floor asked for beside it is new)."""
+    oracle floor asked for beside it is new), which it returns as they were stored."""
     result = measure(job)
     if result is None:
         return []
@@ -113,7 +114,7 @@ def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, r
                  "tokens_per_s": None}
         made.append(rows.row("oracle", {"name": "oracle", "reference": job.sampler}, floor, job.preset))
         print(f"[{task_name}] {row_label(made[1])}: NFE mean {summary['oracle_nfe_mean']:.2f}")
-    return [row if row["key"] in stored else append_record(cfg.results_file, row) for row in made]
+    return [stored[row["key"]] if row["key"] in stored else append_record(cfg.results_file, row) for row in made]
 
 
 def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
@@ -129,8 +130,9 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
     test = task.load_test().head(cfg.limit)  # once: every sampler sees the same examples; no train/val made
     data = {"task": task.fingerprint(),
             "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
-    rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, "ema", trained.config,
-                 ranks)
+    test_set = hashlib.sha256(b"".join(test.keys.tolist())).hexdigest()[:16]  # the examples, whatever made them
+    rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, test_set, "ema",
+                 trained.config, ranks)
 
     def measure(job: SweepJob) -> EvalResult:
         sampler = build_sampler(job.sampler, network)
@@ -152,7 +154,10 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Ro
     task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
     data = {"task": task.fingerprint()}  # loads the documents: a malformed file stops before the model loads
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
-    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, data, hf.kind, None, ranks)
+    require(model.max_length is None or model.max_length > task.max_gen_len,
+            f"task.max_gen_len={task.max_gen_len} leaves no room for a prompt in the model's {model.max_length} "
+            "positions (hf.max_length)")
+    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, data, data["task"], hf.kind, None, ranks)
     generations = Path(cfg.results_file).parent / "generations"
 
     def measure(job: SweepJob) -> EvalResult:
@@ -211,7 +216,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
                       f"it): accuracy {done[0]['accuracy']:.4f}, NFE mean {done[0]['nfe_mean']:.2f}")
                 collected += done
                 continue
-            new = _run_job(job, cfg, task_name, measure, rows, resumed)
+            new = _run_job(job, cfg, task_name, measure, rows, finished)
             made += sum(row["key"] not in resumed for row in new)
             collected += new
     except KeyboardInterrupt:

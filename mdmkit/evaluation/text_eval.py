@@ -53,8 +53,13 @@ def position_limit(network: torch.nn.Module) -> int | None:
     """How many positions the network was built for (prompt + generation), where its config says."""
     if isinstance(network, DiffusionLM):
         return network.config.max_positions
-    limit = getattr(getattr(getattr(network, "model", None), "config", None), "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
+    config = getattr(getattr(network, "model", None), "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    if "roberta" in str(getattr(config, "model_type", "")):  # its positions start after the padding id
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return limit
 
 
 def model_fingerprint(name_or_path: str) -> str:

@@ -142,7 +142,7 @@ def check_writable(path: str | Path, option: str = "results_file") -> None:
         existed = path.exists()
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
         if not existed:
-            path.unlink()  # a run that fails later leaves no empty results file behind
+            path.unlink(missing_ok=True)  # no empty file left by a run that fails later (ranks race here)
     except OSError as error:
         raise ConfigError(f"{option}={path} cannot be written: {error.strerror or error}") from None
 

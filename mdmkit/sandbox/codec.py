@@ -17,7 +17,7 @@ import sys
 
 MAX_DEPTH = 64
 MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns, and the longest range rebuilt
-MAX_SHARED_HASHES = 64  # keys of one set or mapping whose hash another key has: quadratic to insert
+MAX_SHARED_HASHES = 64  # keys of one set or mapping that share one hash: inserting them is quadratic in their number
 _HEADER = struct.Struct(">I")
 
 
@@ -123,17 +123,19 @@ def _container(value, kind, handles, depth):
 def _hashable(values):
     """`values`, checked to be keys that build a set or mapping in linear time.
 
-    Distinct keys of one hash (`k * (2**61 - 1)` for ints) cost quadratic time to insert, and the trusted side
-    builds them after the reply came, past the sandbox's deadline; an honest set has next to none.
+    Keys of one hash (`k * (2**61 - 1)` for ints) cost quadratic time in their number to insert, and the trusted
+    side builds them after the reply came, past the sandbox's deadline. Honest data have small groups at most
+    (`hash(-1) == hash(-2)`, so `(-1, j)` and `(-2, j)` pair up in a grid's coordinates).
     """
-    hashes = set()
+    groups: dict[int, int] = {}
     for v in values:
         try:
-            hashes.add(hash(v))
+            h = hash(v)
         except TypeError:
             raise WireError(f"unhashable {type(v).__name__} in a set or as a key") from None
-    if len(values) - len(hashes) > MAX_SHARED_HASHES:
-        raise WireError(f"{len(values) - len(hashes)} of {len(values)} keys share a hash with another key")
+        groups[h] = groups.get(h, 0) + 1
+        if groups[h] > MAX_SHARED_HASHES:
+            raise WireError(f"more than {MAX_SHARED_HASHES} of {len(values)} keys share one hash")
     return values
 
 
@@ -204,8 +206,11 @@ def _scalar(tag, v):
             return fractions.Fraction(v[0], v[1])
         if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v):
             span = range(*v)  # a check's `tuple(...)` of it would fill the trusted side's memory, unbounded
-            if (span.stop - span.start) // span.step <= MAX_ITEMS:  # len() overflows past sys.maxsize
-                return span
+            try:
+                if len(span) <= MAX_ITEMS:
+                    return span
+            except OverflowError:  # longer than sys.maxsize
+                pass
             return Opaque("range", f"a range of more than {MAX_ITEMS} items")
     except (ValueError, ZeroDivisionError, ArithmeticError) as error:
         raise WireError(f"bad {tag}: {error}") from None

@@ -77,7 +77,7 @@ class MBPPTask(CodeTask):
     """
 
     name = "mbpp"
-    fields = ("task_id", "text", "test_list", "code")
+    fields = ("task_id", "text", "test_list")
     source = HubSource("google-research-datasets/mbpp", "full",
                        {"test": "test", "prompt": "prompt", "validation": "validation", "train": "train"},
                        {split: "mbpp.jsonl" for split in MBPP_SPLITS})

@@ -61,8 +61,8 @@ def check_run(cfg: DictConfig) -> None:
     ema_decay = cfg.get("ema_decay", 0.0)
     require(isinstance(ema_decay, (int, float)) and 0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
     require_int("seed", cfg.get("seed", 0), 0)
+    require_bool("evaluate_after_training", cfg.get("evaluate_after_training", True))
     if cfg.get("evaluate_after_training", True):
-        require_bool("evaluate_after_training", cfg.evaluate_after_training)
         require_int("eval_limit", cfg.get("eval_limit"), 1, optional=True)
         check_writable(cfg.results_file)  # the row of the test evaluation comes after all of training
 
