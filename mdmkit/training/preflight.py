@@ -44,13 +44,12 @@ def check_run(cfg: DictConfig) -> None:
     anneal_by = (cfg.get("optim") or {}).get("anneal_by")
     require(anneal_by != "max_time" or max_time is not None,
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
-    every = cfg.get("checkpoint_every")
-    require(every is None or (isinstance(every, int) and every >= 1), f"checkpoint_every={every} must be >= 1")
+    require_int("checkpoint_every", cfg.get("checkpoint_every"), 1, optional=True)
     data = cfg.data
     for name in ("batch_size", "eval_batch_size", "val_examples"):
         require_int(f"data.{name}", data.get(name), 1)
     augment = data.get("augment", False)
-    require(isinstance(augment, bool), f"data.augment={augment} must be true or false")
+    require_bool("data.augment", augment)
     require(not augment or cfg.get("indicator") is None,
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
     save_dtype = cfg.get("save_dtype", "float32")
