@@ -24,7 +24,10 @@ RUN=runs/$NAME
 mkdir -p "$OUT" runs
 LOG=$OUT/$NAME.log
 
-LATEST=$(ls -d "$RUN" "$RUN"/leg* 2> /dev/null | sort -V | tail -n 1)  # the run's newest leg, if any
+LATEST=  # the run's newest leg with something to go on from (a leg refused at start-up holds neither)
+for leg in $(ls -d "$RUN" "$RUN"/leg* 2> /dev/null | sort -V); do
+    if [ -f "$leg/checkpoints/last.ckpt" ] || [ -f "$leg/model.pt" ]; then LATEST=$leg; fi
+done
 # legs are numbered on from those here and those whose logs are committed (LEDGER: docs/results/runs/README.md)
 LEGS=$(ls -d "$RUN"/leg* "$LEDGER/$NAME"/leg* 2> /dev/null | sed 's/.*leg//' | sort -n | tail -n 1)
 LEGS=${LEGS:-0}

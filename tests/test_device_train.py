@@ -58,6 +58,9 @@ def test_legs_resume_from_what_comes_back_or_warm_restart_from_the_model(tmp_pat
     shutil.copy(tmp_path / "out3" / "tiny.pt", fourth / "checkpoints" / "tiny.pt")
     shutil.unpack_archive(tmp_path / "out3" / "tiny.tgz", fourth / "docs" / "results" / "runs")
     assert "warm restart from checkpoints/tiny.pt into runs/tiny/leg2" in leg(fourth, tmp_path / "out4", steps=2)
+    shutil.rmtree(fourth / "runs" / "tiny" / "leg2" / "checkpoints")  # its state too large to keep: its model
+    (fourth / "runs" / "tiny" / "leg3" / ".hydra").mkdir(parents=True)  # a leg refused at start-up: nothing in it
+    assert "warm restart from runs/tiny/leg2/model.pt into runs/tiny/leg4" in leg(fourth, tmp_path / "out5", steps=2)
     started = torch.load(third / "checkpoints" / "tiny.pt", weights_only=False)
     came_back = torch.load(tmp_path / "out3" / "tiny.pt", weights_only=False)
     assert started["config"]["model"] == came_back["config"]["model"]
