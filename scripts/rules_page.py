@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mdmkit.analysis import pareto
 from mdmkit.analysis.aup import family_aup
-from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
+from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script, stamp
 from mdmkit.analysis.pareto_plot import plot_fronts
 
 FULL_STEP = "topk-confidence"
@@ -56,7 +56,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def markdown(task: str, entries: list[dict], reference: float, command: str, source: str, n: int,
-             limit: int | None) -> list[str]:
+             limit: int | None, figure: str) -> list[str]:
     by_aup = sorted((e for e in entries if e["aup"] is not None), key=lambda e: -e["aup"])
     by_nfe = sorted(entries, key=lambda e: (e["lowest_nfe_98"] is None, e["lowest_nfe_98"] or 0.0))
     oracle = next((e for e in entries if e["family"] == pareto.ORACLE), None)
@@ -66,7 +66,7 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
            f"results_file={source}`; {f'the first {limit} test examples' if limit else 'the whole test split'}). "
            "Full-step accuracy (Top-1 confidence): "
            f"{100 * reference:.1f}%; 98% of it: {98 * reference:.1f}%."), "",
-          f"![accuracy vs NFE]({Path(source).with_suffix('.png').name})", "",
+          f"![accuracy vs NFE]({figure})", "",
           "## Ranked by AUP", "",
           ("AUP: area under accuracy (%) vs tokens per forward, each point weighted by "
            "min(exp(-3 (1 - y / y_max)), 1), points more than 5 points below the family's lowest-parallelism "
@@ -105,13 +105,20 @@ def main(argv: list[str] | None = None) -> None:
     rows = pareto.sort_rows(pareto.load_rows([args.results]))
     if not rows:
         sys.exit(f"error: no rows in {args.results}")
+    tasks, models = sorted({str(r.get("task")) for r in rows}), pareto.checkpoints(rows)
+    differences = pareto.test_set_differences(rows)
+    if len(tasks) > 1 or len(models) > 1 or differences:  # one model's rules on one test set, or no ranking
+        sys.exit(f"error: {args.results} holds rows of {len(tasks)} task(s) and {len(models)} checkpoint(s)"
+                 f"{' on different test sets (' + '; '.join(differences) + ')' if differences else ''}: "
+                 "give the rows of one checkpoint on one test set")
     task = rows[0]["task"]
     reference = full_step_accuracy(rows)
     entries = family_table(rows, reference)
     page, command = Page(args.out), command_line(__file__, argv)
     plot_fronts(rows, page.file(".png"), title=f"{task}: every decoding rule, accuracy vs NFE",
                 baseline_family=FULL_STEP)
-    md = markdown(task, entries, reference, command, str(args.results), len(rows), rows[0].get("limit"))
+    md = markdown(task, entries, reference, command, str(args.results), len(rows), rows[0].get("limit"),
+                  page.file(".png").name)
     if args.notes:
         md += ["## What we see", "", args.notes.read_text().strip(), ""]
     page.write(markdown=md, data={"command": command, **stamp(), "task": task, "full_step_accuracy": reference,
@@ -120,4 +127,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "rules_page.py")

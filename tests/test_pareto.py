@@ -306,3 +306,12 @@ def test_speculative_figure_draws_a_panel_per_rows_file(tmp_path):
                               "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, check=False,
                               timeout=120)
     assert missing.returncode == 2 and "none.jsonl" in missing.stderr
+
+
+def test_rules_page_refuses_rows_of_several_models(tmp_path):
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join((ROOT / f"docs/results/rules_{task}.jsonl").read_text() for task in ("sudoku", "maze")))
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/rules_page.py"), str(mixed), "--out",
+                           str(tmp_path / "page")], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "holds rows of 2 task(s) and 2 checkpoint(s)" in done.stderr
+    assert not (tmp_path / "page.md").exists()
