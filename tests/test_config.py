@@ -125,3 +125,12 @@ def test_training_settings_used_after_training_are_checked_before_it(override: s
 
     with pytest.raises(ConfigError, match=message):
         check_run(compose_config("train", [override]))
+
+
+def test_an_objective_for_another_kind_of_network_is_refused_at_start_up() -> None:
+    from mdmkit.training.preflight import check_components
+
+    with pytest.raises(ConfigError, match="objective SpeculativeLoss trains a SpeculativeConfig network, not the "
+                                          "TransformerConfig of this model: pick model=speculative_"):
+        check_components(to_container(compose_config("train", ["experiment=sudoku_speculative", "model=tiny"])))
+    check_components(to_container(compose_config("train", ["experiment=sudoku_speculative"])))

@@ -9,13 +9,13 @@ the sequence's number of masked positions and averaged over the sequences that h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from mdmkit.core.config import Validated
-from mdmkit.models.speculative import SpeculativeTransformer
+from mdmkit.models.speculative import SpeculativeConfig, SpeculativeTransformer
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 
 
@@ -38,6 +38,8 @@ class SpeculativeLoss(Validated):
 
     `t_min` and `stratified` draw the masking rate as in `MaskedDiffusionLoss`.
     """
+
+    model_spec: ClassVar[type] = SpeculativeConfig  # the network it trains: a draft trunk and a causal verifier
 
     t_min: float = 1e-3
     stratified: bool = True

@@ -78,8 +78,12 @@ def check_components(config: dict[str, Any]) -> None:
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
-    build_model_spec(config, task)
-    build(config["objective"], "objective")
+    spec = build_model_spec(config, task)
+    objective = build(config["objective"], "objective")
+    wanted = getattr(objective, "model_spec", None)  # an objective that trains one kind of network only
+    require(wanted is None or isinstance(spec, wanted),
+            f"objective {type(objective).__name__} trains a {getattr(wanted, '__name__', '')} network, not the "
+            f"{type(spec).__name__} of this model: pick model=speculative_* (conf/model/)")
     build(_light(config["optim"]), "optim")
     build_sampler(config["sampler"])  # before val_sampler, which is ${sampler} unless set: name what was typed
     build(config["val_sampler"], "val_sampler")
