@@ -424,3 +424,15 @@ def test_too_few_trajectories_for_validation_stop_before_any_is_recorded(tiny_ba
                                           "trajectories.n_examples=24"):
         train_indicator(tiny_base, tmp_path / "run", "data.val_examples=24")
     assert not (tmp_path / "trajectories").exists()
+
+
+def test_ni_on_a_network_without_hidden_states_is_one_line_before_the_indicator_loads(tmp_path: Path) -> None:
+    from mdmkit.core.config import option
+    from mdmkit.core.errors import CapabilityError
+
+    speculative = build(option("model", "speculative_tiny"), "model", vocab_size=11, max_len=89).build()
+    indicator = tmp_path / "indicator.pt"
+    indicator.write_bytes(b"never read")  # the capability check comes first
+    config = {**option("sampler", "ni"), "indicator": str(indicator)}
+    with pytest.raises(CapabilityError, match="needs hidden_states"):
+        build_sampler(config, speculative)

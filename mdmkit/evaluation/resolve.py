@@ -63,8 +63,8 @@ def build_sampler(config: Mapping[str, Any], network: nn.Module | None = None) -
     exist and the sampler is built without them.
     """
     paths = checkpoint_fields(config)
+    unloaded = build(config, "sampler", **{name: None for name in paths})
     if network is None:
-        return build(config, "sampler", **{name: None for name in paths})
-    sampler = build(config, "sampler", **{name: LOADERS[name](path, network) for name, path in paths.items()})
-    require_capabilities(sampler, network)
-    return sampler
+        return unloaded
+    require_capabilities(unloaded, network)  # first: a loader may rely on them (NI's indicator on hidden states)
+    return build(config, "sampler", **{name: LOADERS[name](path, network) for name, path in paths.items()})
