@@ -134,3 +134,11 @@ def test_an_objective_for_another_kind_of_network_is_refused_at_start_up() -> No
                                           "TransformerConfig of this model: pick model=speculative_"):
         check_components(to_container(compose_config("train", ["experiment=sudoku_speculative", "model=tiny"])))
     check_components(to_container(compose_config("train", ["experiment=sudoku_speculative"])))
+
+
+def test_a_frozen_trunk_needs_a_trained_model_to_start_from() -> None:
+    from mdmkit.training.preflight import check_components
+
+    with pytest.raises(ConfigError, match="freeze_noncausal=true trains the causal head on a frozen trunk"):
+        check_components(to_container(compose_config("train", ["experiment=sudoku_speculative_head",
+                                                               "init_from=null"])))

@@ -275,6 +275,7 @@ def test_features_and_indicator_have_the_documented_shapes() -> None:
         (lambda: IndicatorConfig(top_probs=9).build(32, V), "top_probs=9 exceeds the 8 predictable tokens"),
         (lambda: TrajectoryConfig(checkpoint="no/such.pt"), "checkpoint=no/such.pt: no such file"),
         (lambda: TrajectoryConfig(checkpoint=__file__, split="dev"), "split='dev' is not one of train, val"),
+        (lambda: TrajectoryConfig(checkpoint=__file__, split="test"), "split=.test.: NI is scored on the test split"),
         (lambda: TrajectoryConfig(checkpoint=__file__, shard_size=0), "shard_size=0 must be >= 1"),
         (lambda: NISampler().sample(ForwardCounter(network(), 1), prompts(1), M), "needs an indicator"),
         (lambda: NISampler(indicator_cost=0.0, indicator=OracleScorer(None)).sample(

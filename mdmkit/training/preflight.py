@@ -84,6 +84,9 @@ def check_components(config: dict[str, Any]) -> None:
     require(wanted is None or isinstance(spec, wanted),
             f"objective {type(objective).__name__} trains a {getattr(wanted, '__name__', '')} network, not the "
             f"{type(spec).__name__} of this model: pick model=speculative_* (conf/model/)")
+    require(not getattr(spec, "freeze_noncausal", False) or config.get("init_from") or config.get("ckpt_path"),
+            "model.freeze_noncausal=true trains the causal head on a frozen trunk: give the trained MDM to start "
+            "from (init_from=<mdm.pt>), else the trunk stays random")
     build(_light(config["optim"]), "optim")
     build_sampler(config["sampler"])  # before val_sampler, which is ${sampler} unless set: name what was typed
     build(config["val_sampler"], "val_sampler")

@@ -56,6 +56,8 @@ class TrajectoryConfig(Validated):
     def validate(self) -> None:
         require(Path(self.checkpoint).expanduser().is_file(), f"checkpoint={self.checkpoint}: no such file")
         require(self.split in SPLITS, f"split='{self.split}' is not one of {', '.join(SPLITS)}")
+        require(self.split != "test", "split='test': NI is scored on the test split, so its indicator must not "
+                                      "learn from it (train or val)")
         for name in ("n_examples", "shard_size", "batch_size"):
             require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
 
