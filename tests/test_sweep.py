@@ -60,11 +60,16 @@ def test_grid_expands_to_the_product_and_merges_repeats() -> None:
         ({"sampler": "eb", "grid": {"gama": [0.1]}}, "sampler 'eb' has no field 'gama'"),
         ({"sampler": "eb", "grid": {"gamma": [0.1, -1.0]}}, r"sweep.entries\[0\]: gamma=-1.0 must be >= 0"),
         ({"sampler": "eb", "grids": {}}, "unknown key"),
+        ({"grid": {"k": [1]}}, r"sweep.entries\[0\]: each entry needs a sampler"),
+        ({"sampler": "topk", "grid": {"k": []}}, "an empty list in grid leaves no sampler"),
+        ({"sampler": "topk", "oracle": "false"}, "oracle='false' must be true or false"),
     ],
 )
 def test_a_bad_sweep_entry_fails_before_anything_runs(entry: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         expand({"entries": [entry]})
+    with pytest.raises(ConfigError, match="entries must be a non-empty list"):
+        expand({"entries": {"sampler": "topk"}})
 
 
 def test_rows_carry_the_full_schema_and_round_trip(checkpoint: Path, tmp_path: Path) -> None:

@@ -51,17 +51,22 @@ def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
     """Every sampler config of the sweep, in order; each is built once here to validate it."""
     spec = to_container(sweep) if isinstance(sweep, DictConfig) else sweep
     entries = spec.get("entries") or []
-    require(bool(entries), "sweep: no entries")
+    require(isinstance(entries, list) and bool(entries), "sweep: entries must be a non-empty list of "
+                                                          "{sampler, grid, oracle} entries")
     jobs: dict[str, SweepJob] = {}  # by canonical config: a sampler listed twice runs once, under its first option
     for number, entry in enumerate(entries):
         where = f"sweep.entries[{number}]"
+        require(isinstance(entry, dict) and "sampler" in entry, f"{where}: each entry needs a sampler: option")
         unknown = set(entry) - {"sampler", "grid", "oracle"}
         require(not unknown, f"{where}: unknown key(s) {sorted(unknown)} (valid: sampler, grid, oracle)")
+        require(isinstance(entry.get("oracle", False), bool), f"{where}: oracle={entry.get('oracle')!r} must be "
+                                                               "true or false")
         base = sampler_preset(entry["sampler"])
         grid = entry.get("grid") or {}
         for field in grid:
             require(field in base, f"{where}: sampler '{entry['sampler']}' has no field '{field}'")
         values = [v if isinstance(v, list) else [v] for v in grid.values()]
+        require(all(values), f"{where}: an empty list in grid leaves no sampler to run")
         for combination in itertools.product(*values):
             config = {**base, **dict(zip(grid, combination))}
             build(config, where, **{name: None for name in checkpoint_fields(config)})  # paths: checked, not loaded
