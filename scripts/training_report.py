@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from mdmkit.analysis.pages import Page, markdown_table
+from mdmkit.analysis.pareto import row_label
 from mdmkit.io.results import read_records
 
 
@@ -133,6 +134,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--notes", default="", help="extra markdown appended to the page")
     args = parser.parse_args()
+    if not args.run_dir.is_dir():
+        raise SystemExit(f"training_report.py: error: no run directory {args.run_dir}")
 
     leg_dirs = run_legs(args.run_dir)
     records = list(read_records(args.results_file))
@@ -177,14 +180,19 @@ def main() -> None:
     }
     sampler, model = tested["sampler"], config["model"]
     task = {k: v for k, v in config["task"].items() if k not in ("_target_", "cache_dir")}
+    how = (f"full-step: Top-{sampler['k']}, {sampler['ordering']} ordering" if "k" in sampler and "ordering" in sampler
+           else row_label(tested))  # a speculative or causal run tests with its own sampler
+    shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['positions']} positions"
+             if {"n_layers", "d_model", "positions"} <= set(model) else
+             f"`{json.dumps({k: v for k, v in model.items() if k != '_target_'})}`")
     facts = [
-        [f"test accuracy (full-step: Top-{sampler['k']}, {sampler['ordering']} ordering, EMA weights)",
+        [f"test accuracy ({how}, EMA weights)",
          f"**{tested['accuracy']:.1%}** on {tested['n']} held-out examples"],
         ["NFE per sample",
          f"mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']}"],
         ["training", (f"{steps} steps, batch {config['data']['batch_size']}, {train_time / 60:.1f} min on {machines}"
                       + (f", in {len(legs)} legs" if len(legs) > 1 else ""))],
-        ["model", f"{model['n_layers']} layers, d_model {model['d_model']}, {model['positions']} positions"],
+        ["model", shape],
         ["task", f"`{json.dumps(task)}`"],
     ]
     numbers = page.name(".json")
