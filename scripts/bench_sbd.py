@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
-from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
+from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import wilson_interval
@@ -178,10 +178,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("outputs/bench_sbd"), help="training outputs")
     parser.add_argument("--pretrain-steps", type=int, default=6000)
     parser.add_argument("--finetune-steps", type=int, default=4000)
-    parser.add_argument("--limit", type=int, default=None, help="test problems (default: all 1000)")
-    parser.add_argument("--batch-size", type=int, default=250)
-    parser.add_argument("--repeats", type=int, default=5, help="wall-clock alternations")
-    parser.add_argument("--single-problems", type=int, default=100, help="problems timed at batch size 1")
+    parser.add_argument("--limit", type=positive_int, default=None, help="test problems (default: all 1000)")
+    parser.add_argument("--batch-size", type=positive_int, default=250)
+    parser.add_argument("--repeats", type=positive_int, default=5, help="wall-clock alternations")
+    parser.add_argument("--single-problems", type=positive_int, default=100, help="problems timed at batch size 1")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results",
                         help="folder of the page sbd_arithmetic.{jsonl,md,png}")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny training, 64 problems")
@@ -192,6 +192,9 @@ def main() -> None:
         args.single_problems = 8
         args.work = args.work.with_name(args.work.name + "_quick")
         args.out = args.work.with_name("quick_results")
+    for given in (args.ntp, args.ntp_ft, args.sbd):  # named models are read before hours of training and timing
+        if given is not None and not given.is_file():
+            parser.error(f"no such model: {given}")
     torch.set_num_threads(int(os.environ.get("MDMKIT_THREADS", "2")))
     torch.manual_seed(0)
 
@@ -244,4 +247,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_sbd.py")
