@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import torch
 from hydra import compose, initialize_config_module
 
-from mdmkit.analysis.pages import Page, command_line, markdown_table, stamp
+from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script, stamp
 from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.io.checkpoint import build_task
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     config = run_config(args.overrides)
+    if config.get("indicator") is not None:  # it would time the experiment's base MDM config, not the indicator
+        parser.error("an indicator experiment trains on recorded trajectories: this times MDM training steps only")
     device = resolve_device(args.device)
     bf16 = device.type == "cuda" and str(config["trainer"].get("precision")).startswith("bf16")
     pool = build_task(config).load_test()
@@ -126,4 +128,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_train_step.py")
