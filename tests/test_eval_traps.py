@@ -237,3 +237,17 @@ def test_help_is_mdmkits_own(tmp_path: Path, script: str, present: list[str], ab
     for text in absent:
         assert text not in done.stdout, text
     assert max(map(len, done.stdout.splitlines())) <= 120
+
+
+def test_a_sampler_that_reads_the_logits_otherwise_than_they_were_trained_is_refused(tmp_path) -> None:
+    """NTP-trained logits predict the next position, MDM logits their own: crossing them gave silent garbage."""
+    from mdmkit.core.errors import CapabilityError
+    from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.training.train import run_training
+
+    cfg = compose_config("evaluate", [f"ckpt={ROOT}/checkpoints/arithmetic_mdm.pt", "sampler=ntp", "limit=4",
+                                      f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+    with pytest.raises(CapabilityError, match="trained as a masked diffusion model: sampler NTPDecoder"):
+        run_evaluation(cfg, tmp_path)
+    with pytest.raises(CapabilityError, match="trained for next-token prediction .*not TopKSampler"):
+        run_training(compose_config("train", [*TINY, "objective=ntp", "sampler=topk"]), tmp_path / "run")

@@ -25,7 +25,7 @@ from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.config import build, require, require_bool, require_int, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.distributed import Ranks, init_ranks
-from mdmkit.evaluation.generation import check_decoder
+from mdmkit.evaluation.generation import check_decoder, check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob, chosen_preset, expand
@@ -134,8 +134,11 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
     rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, test_set, "ema",
                  trained.config, ranks)
 
+    objective = str((trained.config.get("objective") or {}).get("_target_", ""))
+
     def measure(job: SweepJob) -> EvalResult:
         sampler = build_sampler(job.sampler, network)
+        check_trained_for(objective, sampler)
         return sample_split(network, task, test, sampler, cfg.batch_size, cfg.seed, progress=True, oracle=job.oracle,
                             ranks=ranks)
 

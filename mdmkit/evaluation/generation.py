@@ -124,6 +124,18 @@ def check_decoder(causal: bool, sampler: Sampler | None) -> None:
                               f"model: pick a masked sampler (e.g. sampler=eb)")
 
 
+def check_trained_for(objective: str, sampler: Sampler) -> None:
+    """Refuse, in one line, a sampler that reads the logits of an mdmkit model otherwise than its objective
+    (`_target_`) trained them: next-token logits predict the following position, masked ones their own."""
+    name, causal = type(sampler).__name__, isinstance(sampler, CAUSAL_DECODERS)
+    if objective.endswith(".NextTokenLoss") and not causal:
+        raise CapabilityError(f"this model was trained for next-token prediction (NextTokenLoss), whose logits "
+                              f"predict the following position: decode it with sampler=ntp, not {name}")
+    if objective.endswith(".MaskedDiffusionLoss") and causal:
+        raise CapabilityError(f"this model was trained as a masked diffusion model: sampler {name} decodes "
+                              "next-token models; pick a masked sampler (e.g. sampler=eb)")
+
+
 def check_sampler(model: TextModel, sampler: Sampler | None) -> None:
     """What `generate` refuses before its first forward: the sampler's kind, capabilities and mask id."""
     check_decoder(model.causal, sampler)

@@ -19,6 +19,7 @@ from mdmkit.core.config import build, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
+from mdmkit.evaluation.generation import check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import chosen_preset
 from mdmkit.io.checkpoint import (
@@ -147,7 +148,8 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     module = MDMModule(config)
     if cfg.get("init_from") is not None and cfg.ckpt_path is None:  # a resume restores its own weights
         start_from(module, cfg.init_from)
-    build_sampler(to_container(cfg.sampler))  # checked now: a bad value must not wait for the end of training
+    # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
+    check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
                                   data.get("augment", False))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
