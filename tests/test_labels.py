@@ -134,7 +134,7 @@ def test_the_key_of_a_published_row_is_unchanged_by_the_preset():
                   if json.loads(line)["key"] == "797d402006bb3bbfff51")  # EB gamma=1e-4, kept by resumed sweeps
     data = {"task": build(stored["config"]["task"], "task").fingerprint(), "test_file": None}
     rows = _Rows(OmegaConf.create(stored["config"]), stored["checkpoint"], stored["checkpoint_sha"], "sudoku",
-                 data, "ema", None, Ranks())
+                 data, "test examples", "ema", None, Ranks())
     made = rows.row("evaluate", stored["sampler"], {"accuracy": stored["accuracy"]}, "eb")
     assert made["key"] == stored["key"] and made["preset"] == "eb" and "preset" not in made["sampler"]
     assert rows.row("evaluate", stored["sampler"], {}, "some_other_preset")["key"] == stored["key"]
