@@ -142,3 +142,10 @@ def test_a_frozen_trunk_needs_a_trained_model_to_start_from() -> None:
     with pytest.raises(ConfigError, match="freeze_noncausal=true trains the causal head on a frozen trunk"):
         check_components(to_container(compose_config("train", ["experiment=sudoku_speculative_head",
                                                                "init_from=null"])))
+
+
+def test_a_typo_under_data_is_refused_not_dropped() -> None:
+    from mdmkit.training.preflight import check_run
+
+    with pytest.raises(ConfigError, match=r"data: unknown key\(s\) \['augmnt'\] \(valid: augment, batch_size"):
+        check_run(compose_config("train", ["+data.augmnt=true"]))

@@ -306,6 +306,7 @@ def test_a_network_without_positions_and_full_masks_is_refused_in_one_line() -> 
     ({"draft_share": 0.0}, r"draft_share=0.0 must lie in \(0, 1\]"),
     ({"draft_floor": 0}, "draft_floor=0 must be >= 1"),
     ({"draft_cap": 0}, "draft_cap=0 must be >= 1 or null"),
+    ({"draft_floor": 30, "draft_cap": 5}, "draft_cap=5 is below draft_floor=30"),
     ({"temperature": -1.0}, "temperature=-1.0 must be >= 0"),
     ({"top_p": 1.5}, r"top_p=1.5 must lie in \(0, 1\]"),
     ({"block_length": 0}, "block_length=0 must be >= 1 or null"),

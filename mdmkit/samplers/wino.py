@@ -102,6 +102,8 @@ class WinoSampler(Sampler):
         require(0.0 < self.draft_share <= 1.0, f"draft_share={self.draft_share} must lie in (0, 1]")
         require(self.draft_floor >= 1, f"draft_floor={self.draft_floor} must be >= 1")
         require(self.draft_cap is None or self.draft_cap >= 1, f"draft_cap={self.draft_cap} must be >= 1 or null")
+        require(self.draft_cap is None or self.draft_cap >= self.draft_floor,
+                f"draft_cap={self.draft_cap} is below draft_floor={self.draft_floor}, which it would silently override")
         check_sampling_fields(self.temperature, self.top_p, self.block_length)
         require(self.cache == "none", f"cache={self.cache} is not supported by WINO (its verification reruns the "
                                       f"whole canvas with a shadow block every step): use cache=none")

@@ -19,6 +19,7 @@ from mdmkit.io.results import check_writable
 # configs name the optimizer settings where they used to live, next to the Lightning module
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
+DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment"})  # conf/train.yaml's data
 _DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning reads it
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
@@ -46,6 +47,8 @@ def check_run(cfg: DictConfig) -> None:
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
     require_int("checkpoint_every", cfg.get("checkpoint_every"), 1, optional=True)
     data = cfg.data
+    unknown = sorted(set(data) - DATA_KEYS)  # `data` is a plain node: Hydra takes `+data.augmnt=true` silently
+    require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
     for name in ("batch_size", "eval_batch_size", "val_examples"):
         require_int(f"data.{name}", data.get(name), 1)
     augment = data.get("augment", False)
