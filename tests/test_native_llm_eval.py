@@ -258,6 +258,7 @@ def test_every_sampler_and_cache_runs_through_lm_eval(kind: str, checkpoints, tm
             assert nfe["prefix"] == nfe["dual"] == nfe["none"], option
 
 
+@needs_models
 @pytest.mark.parametrize("kind", KINDS)
 def test_prompts_are_cut_to_the_models_positions_and_a_longer_max_length_is_refused(kind: str, checkpoints) -> None:
     """Without `hf.max_length` a prompt is cut to what the model's positions leave beside the generation (not a
