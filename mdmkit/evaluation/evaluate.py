@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import sys
+import threading
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,19 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Ro
     return task.name, rows, measure
 
 
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Make SIGTERM (a SLURM time limit, `kill`) end a sweep as Ctrl-C does, saying what is saved and how to go
+    on; returns what puts the previous handler back. Signals reach the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
                    task_fields: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Evaluate every sampler of the run (one, or a sweep's grid); returns the rows, new and resumed.
@@ -205,6 +219,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
 
     collected: list[dict[str, Any]] = []
     made = 0  # rows written by this run
+    restore_sigterm = _sigterm_as_interrupt()
     try:
         for job in tqdm(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1 or not ranks.main):
             keys = [rows.key("evaluate", job.sampler)]
@@ -228,6 +243,8 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
             print(f"\ninterrupted: {made} new row(s) saved to {cfg.results_file}; run the same command again to "
                   f"resume (settings already there are skipped)", file=sys.stderr)
         raise SystemExit(130) from None
+    finally:
+        restore_sigterm()
     ranks.leave()
     if not ranks.main:
         return []
