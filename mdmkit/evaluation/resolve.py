@@ -25,11 +25,15 @@ def _device(network: nn.Module) -> Any:
     return next(network.parameters()).device
 
 
+def _size(network: nn.Module) -> tuple[int | None, int | None]:
+    """(vocabulary, positions) of an mdmkit network; (None, None) for others."""
+    config = getattr(network, "config", None)
+    return getattr(config, "vocab_size", None), getattr(config, "max_len", None)
+
+
 def _planner(path: Path, network: nn.Module) -> nn.Module:
     planner = TrainedModel(path).network()
-    (vocab, length), (base_vocab, base_length) = (
-        [getattr(getattr(net, "config", None), name, None) for name in ("vocab_size", "max_len")]
-        for net in (planner, network))
+    (vocab, length), (base_vocab, base_length) = _size(planner), _size(network)
     if None not in (vocab, length, base_vocab, base_length) and (vocab != base_vocab or length < base_length):
         raise CheckpointError(f"sampler.planner={path}: a model of another task ({vocab} tokens, {length} "
                               f"positions) than the one evaluated ({base_vocab} tokens, {base_length} positions)")

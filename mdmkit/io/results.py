@@ -134,7 +134,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def check_writable(path: str | Path, option: str = "results_file") -> None:
+def check_writable(path: str | Path) -> None:
     """Stop before any work if rows could not be appended to `path` (they would be lost after the work)."""
     path = Path(path).expanduser()
     try:
@@ -144,7 +144,7 @@ def check_writable(path: str | Path, option: str = "results_file") -> None:
         if not existed:
             path.unlink(missing_ok=True)  # no empty file left by a run that fails later (ranks race here)
     except OSError as error:
-        raise ConfigError(f"{option}={path} cannot be written: {error.strerror or error}") from None
+        raise ConfigError(f"results_file={path} cannot be written: {error.strerror or error}") from None
 
 
 

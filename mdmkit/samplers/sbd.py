@@ -39,7 +39,7 @@ def prompt_lengths(tokens: torch.Tensor, mask_id: int) -> torch.Tensor:
     columns = torch.arange(tokens.shape[1], device=tokens.device)
     if not torch.equal(answer, columns[None, :] >= lengths[:, None]):
         raise CapabilityError("causal decoding fills a suffix: every row must be prompt tokens followed only by "
-                         "masks (infilling tasks such as Sudoku need a masked diffusion sampler)")
+                              "masks (infilling tasks such as Sudoku need a masked diffusion sampler)")
     if bool((lengths == 0).any()):
         raise ValueError("causal decoding needs at least one prompt token per row")
     return lengths
