@@ -226,7 +226,7 @@ def test_task_option_keeps_the_checkpoints_settings_unless_set_by_name(maze_cell
                      "python evaluate.py ckpt=checkpoints/sudoku_mdm.pt limit=100"],
      ["powered by Hydra", "experiment", "trainer", "objective", "== Config =="]),
     ("train.py", ["train.py: train a masked diffusion model", "experiment=quickstart", "trainer=cpu", "sudoku_mdm",
-                  "python train.py experiment=sudoku_mdm"],
+                  "python train.py experiment=sudoku_mdm", "full_step, threshold"],
      ["powered by Hydra", "sweep=", "hf.kind", "== Config =="]),
 ])
 def test_help_is_mdmkits_own(tmp_path: Path, script: str, present: list[str], absent: list[str]) -> None:

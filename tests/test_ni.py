@@ -418,6 +418,12 @@ def test_indicator_training_resumes_exactly(tiny_base: Path, tmp_path: Path) -> 
     for name, weight in straight.items():
         assert torch.equal(weight, weights[name]), name
 
+    from mdmkit.io.checkpoint import TrainedModel
+
+    for indicator in (midway, tmp_path / "straight" / "indicator.pt"):  # given as ckpt=: one line, not the model's
+        with pytest.raises(CheckpointError, match="is an NI indicator, not a model: pass it as sampler.indicator="):
+            TrainedModel(indicator)
+
 
 def test_too_few_trajectories_for_validation_stop_before_any_is_recorded(tiny_base: Path, tmp_path: Path) -> None:
     """It used to fail only once the trajectories were recorded: minutes to hours on a paper-scale model."""

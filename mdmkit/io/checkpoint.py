@@ -14,6 +14,7 @@ import torch
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
+from mdmkit.io.indicator import FORMAT as INDICATOR_FORMAT
 from mdmkit.models import MaskedTransformer
 from mdmkit.tasks.base import PuzzleTask
 
@@ -127,6 +128,10 @@ class TrainedModel:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         raw = _read(self.path)
+        run_config = (raw.get("hyper_parameters") or {}).get("config") or {}
+        if raw.get("format") == INDICATOR_FORMAT or run_config.get("indicator") is not None:
+            raise CheckpointError(f"{self.path} is an NI indicator, not a model: pass it as sampler.indicator= "
+                                  "beside ckpt= its base model (sampler=ni)")
         if raw.get("format") == "mdmkit-slim-v1":
             self.config, weights = raw["config"], raw["network"]
         elif "hyper_parameters" in raw and "config" in raw["hyper_parameters"]:
