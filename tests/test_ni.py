@@ -297,6 +297,13 @@ def test_presets_build_and_bad_values_name_the_group(option: str) -> None:
             build(compose_config("evaluate", ["ckpt=x.pt", f"sampler={option}", override]).sampler, "sampler")
 
 
+@pytest.mark.parametrize("option", ["ni", "prophet"])
+def test_the_base_sampler_is_swapped_from_the_command_line(option: str) -> None:
+    overrides = ["ckpt=x.pt", f"sampler={option}", "sampler@sampler.base=threshold", "sampler.base.tau=0.7"]
+    sampler = build(compose_config("evaluate", overrides).sampler, "sampler")
+    assert type(sampler.base).__name__ == "ThresholdSampler" and sampler.base.tau == 0.7
+
+
 def test_an_indicator_is_refused_on_another_base_network(tmp_path: Path) -> None:
     net = network()
     save_indicator(scorer(net).indicator, net, tmp_path / "indicator.pt", extra={"base_checkpoint": "net-1"})
