@@ -35,6 +35,7 @@ from mdmkit.samplers import (
     TopKSampler,
 )
 from mdmkit.samplers.kv_cache import BlockCache, block_spans, without_default_cache
+from mdmkit.samplers.protocol import Canvas
 
 V, MASK, L = 12, 11, 14
 PROMPTS = [[3, 1, 4], [1, 5, 9, 2, 6], [5, 3]]
@@ -346,13 +347,18 @@ def test_a_cache_needs_the_kv_cache_capability() -> None:
     require_capabilities(ThresholdSampler(block_length=4), FixedLogits(torch.zeros(L, V)))
 
 
-def test_ni_sampling_refuses_a_cached_base_before_any_forward() -> None:
-    net = Recording(network())
-    sampler = NISampler(base=TopKSampler(block_length=4, cache="dual"), epsilon=0.5,
-                        indicator=lambda masked, logits, hidden: torch.zeros(masked.shape))
-    tokens, _ = text_canvas([PROMPTS[0]])
+def test_ni_sampling_refuses_a_cached_base_when_built_and_needs_the_bases_capabilities() -> None:
+    silent = lambda masked, logits, hidden: torch.zeros(masked.shape)
     with pytest.raises(ConfigError, match="cache=dual is not supported under NI sampling"):
-        sampler.sample(ForwardCounter(net, 1), tokens, MASK)
+        NISampler(base=TopKSampler(block_length=4, cache="dual"), epsilon=0.5, indicator=silent)
+    base_alone = NISampler(base=TopKSampler(block_length=4, cache="prefix"), epsilon=1.0)  # the indicator never runs
+    assert base_alone.requires == {"kv_cache"}
+    with pytest.raises(CapabilityError, match="kv_cache"):
+        require_capabilities(base_alone, FixedLogits(torch.zeros(L, V)))
+    net = Recording(network())
+    with pytest.raises(ConfigError, match="reveal_also reads the hidden states of full forwards: cache=dual"):
+        canvas = Canvas(text_canvas([PROMPTS[0]])[0], MASK)
+        TopKSampler(block_length=4, cache="dual").fill(ForwardCounter(net, 1), canvas, reveal_also=lambda *x: None)
     assert not net.calls
 
 

@@ -212,8 +212,7 @@ class MaskedSampler(Sampler):
         columns = torch.arange(length, device=device)
         mask_index = torch.tensor([mask_id], device=device)
         require(reveal_also is None or self.cache == "none",
-                f"cache={self.cache} is not supported under NI sampling (its indicator reads the hidden states of "
-                f"full forwards): give its base sampler cache=none")
+                f"reveal_also reads the hidden states of full forwards: cache={self.cache} must be none")
         cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
 
         while True:

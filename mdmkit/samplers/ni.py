@@ -60,11 +60,14 @@ class NISampler(Sampler):
                 "indicator must be a loaded scorer (evaluation loads sampler.indicator=<indicator.pt>)")
         require(self.indicator_cost is None or self.indicator_cost >= 0.0,
                 f"indicator_cost={self.indicator_cost} must be >= 0 or null")
+        require(self.epsilon >= 1.0 or self.base.cache == "none",
+                f"cache={self.base.cache} is not supported under NI sampling (its indicator reads the hidden states "
+                f"of full forwards): give its base sampler cache=none")
 
     @property
     def requires(self) -> frozenset[str]:
-        """The indicator reads the base network's hidden states, unless epsilon = 1 never runs it."""
-        return frozenset() if self.epsilon >= 1.0 else frozenset({HIDDEN_STATES})
+        """The base sampler's needs, and the hidden states the indicator reads unless epsilon = 1 never runs it."""
+        return self.base.requires | (frozenset() if self.epsilon >= 1.0 else frozenset({HIDDEN_STATES}))
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """The base sampler's `sample`; each step also reveals the eligible positions the indicator passes."""
