@@ -61,7 +61,7 @@ def test_unknown_key_and_group_option_are_rejected_at_composition() -> None:
         ("model.d_model=130", "model: d_model=130 must be divisible by n_heads=4"),
         ("model.positions=sinusoidal", "model: positions='sinusoidal': expected one of 'learned', 'rotary'"),
         ("sampler.k=0", "sampler: k=0 must be >= 1"),
-        ("task.n_givens=10", "task: n_givens=10 must lie in [17, 80]"),
+        ("task.n_givens=18", "task: n_givens=18 must lie in [22, 80]: random digging rarely reaches"),
         ("task.n_givens=[40,20]", "task: n_givens=[40, 20] is a range [lo, hi] with lo <= hi"),
         ("objective.weighting=sqrt", "objective: weighting='sqrt'"),
         ("optim.lr=-1", "optim: lr=-1 must be > 0"),

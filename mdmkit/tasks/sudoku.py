@@ -15,7 +15,7 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.sudoku_codec import pack_puzzles, unpack_puzzles
-from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
+from mdmkit.tasks.sudoku_generator import FEWEST_GENERATED_GIVENS, find_solutions, generate_puzzles
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
@@ -44,8 +44,9 @@ class SudokuTask(PuzzleTask):
         super().validate()
         lo, hi = (self.n_givens, self.n_givens) if isinstance(self.n_givens, int) else self.n_givens
         require(lo <= hi, f"n_givens={[lo, hi]} is a range [lo, hi] with lo <= hi")
-        require(17 <= lo and hi <= 80,
-                f"n_givens={self.n_givens} must lie in [17, 80] (17 is the minimum for uniqueness)")
+        require(FEWEST_GENERATED_GIVENS <= lo and hi <= 80,
+                f"n_givens={self.n_givens} must lie in [{FEWEST_GENERATED_GIVENS}, 80]: random digging rarely reaches "
+                f"fewer givens (harder puzzles: task.test_file=)")
 
     @property
     def vocab(self) -> tuple[str, ...]:

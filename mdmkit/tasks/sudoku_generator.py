@@ -43,6 +43,7 @@ _DIAGONAL_BOXES = np.array([i for i in range(81) if _BOX[i] in (0, 4, 8)]).resha
 # puzzle with 22 or fewer givens for ~4% of grids and 21 or fewer for ~0.1%: 300 grids make 22 reliable
 # (failure ~3e-6 per puzzle) and give up on 17-20 after about 2 s.
 _MAX_GRIDS = 300
+FEWEST_GENERATED_GIVENS = 22  # what tasks may ask of the generator (harder puzzles come from a file)
 # Largest number of puzzles sent to a worker at once: small enough for a live progress bar.
 _MAX_CHUNK = 500
 
