@@ -176,6 +176,7 @@ def test_fingerprint_changes_with_difficulty(tmp_path: Path) -> None:
         ({"operators": ""}, "must be distinct"),
         ({"order": "right"}, "order='right': expected one of 'left', 'precedence'"),
         ({"n_ops": 1, "operand_range": [0, 3], "operators": "+"}, "give only 16"),
+        ({"workers": 4}, "workers=4: task arithmetic generates its data in one process"),  # was silently ignored
     ],
 )
 def test_bad_settings_are_rejected(tmp_path: Path, settings: dict, message: str) -> None:

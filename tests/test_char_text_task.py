@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import BENCHMARK_DATA, TINY, compose_config
 
+from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.samplers.speculative import WindowSampler
 from mdmkit.tasks.chars import ALPHABET, CharTextTask, normalize, unigram_entropy, words
@@ -75,6 +76,8 @@ def test_windows_come_from_the_corpus_and_are_all_answer(data_dir: Path) -> None
     assert bool(test.answer_mask.all())
     assert all(task.decode(row) in task.corpus for row in test.tokens)
     assert task.sample_metrics(test.tokens)["spelling_accuracy"] == 1.0  # real text spells right by design
+    with pytest.raises(ConfigError, match="task gsm8k_chars reads no test_file"):  # was a bare NotImplementedError
+        _task(data_dir, test_file=str(data_dir / "gsm8k_train.jsonl"))
 
 
 def test_real_gsm8k_text_spells_right_and_noise_does_not() -> None:

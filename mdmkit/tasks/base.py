@@ -96,7 +96,7 @@ def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
 
 @dataclass
 class PuzzleTask(Validated):
-    """Base class for generated puzzle tasks (Sudoku, maze)."""
+    """Base class for generated tasks (Sudoku, maze, arithmetic, character text): splits made once and cached."""
 
     name: ClassVar[str]
     generator_version: ClassVar[int] = 1  # bump when generation changes, so old caches are not reused
@@ -105,6 +105,7 @@ class PuzzleTask(Validated):
     stable_prefix: ClassVar[bool] = False
     # what `augment` draws from (data.augment=true), in words; None: the task defines no symmetries
     symmetries: ClassVar[str | None] = None
+    parallel_generation: ClassVar[bool] = False  # whether `workers` > 1 spreads generation over processes
 
     n_train: int = 100_000
     n_val: int = 1_000
@@ -118,7 +119,10 @@ class PuzzleTask(Validated):
         require(self.n_train >= 1, f"n_train={self.n_train} must be >= 1")
         require(self.n_val >= 1 and self.n_test >= 1, "n_val and n_test must be >= 1")
         require(self.workers >= 1, f"workers={self.workers} must be >= 1")
+        require(self.workers == 1 or self.parallel_generation,
+                f"workers={self.workers}: task {self.name} generates its data in one process")
         if self.test_file is not None:
+            require(type(self).read_file is not PuzzleTask.read_file, f"task {self.name} reads no test_file")
             require(Path(self.test_file).expanduser().is_file(), f"test_file={self.test_file} does not exist")
 
     # -- what each task defines ---------------------------------------------------------------

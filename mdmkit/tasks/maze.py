@@ -36,6 +36,7 @@ class MazeTask(PuzzleTask):
     grid_size: int = 4
     min_path_len: int = 2
     answer: Literal["path", "cells"] = "path"
+    parallel_generation = True
     stable_prefix = True  # maze i depends on (seed, i) only: evaluation makes the test split alone
     symmetries = "the square's rotations and reflections (8), edges in a fresh order and orientation"
 
