@@ -56,7 +56,7 @@ def test_grid_expands_to_the_product_and_merges_repeats() -> None:
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ({"sampler": "nope"}, "unknown sampler 'nope'"),
+        ({"sampler": "nope"}, "sweep: sampler=nope: no such option \\(known: "),
         ({"sampler": "eb", "grid": {"gama": [0.1]}}, "sampler 'eb' has no field 'gama'"),
         ({"sampler": "eb", "grid": {"gamma": [0.1, -1.0]}}, r"sweep.entries\[0\]: gamma=-1.0 must be >= 0"),
         ({"sampler": "eb", "grids": {}}, "unknown key"),

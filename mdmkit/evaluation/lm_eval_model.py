@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from mdmkit.core.config import build, option, require
+from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import init_ranks
@@ -46,6 +47,7 @@ from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise
 
 
 def sampler_from_args(name: str, overrides: dict[str, Any]):
@@ -54,25 +56,20 @@ def sampler_from_args(name: str, overrides: dict[str, Any]):
     lm-eval reads `none` in model_args as None: a field whose preset value is a string (`cache=none`) takes it
     back as the string; elsewhere None stays null (`block_length=none`).
     """
-    try:
-        preset = option("sampler", name)
-    except ConfigError as error:
-        raise ConfigError(f"sampler={name}: no such sampler ({error})") from None
+    preset = option("sampler", name)
     overrides = {key: "none" if value is None and isinstance(preset.get(key), str) else value
                  for key, value in overrides.items()}
     node = OmegaConf.merge(preset, overrides)
     return build(node, "sampler"), OmegaConf.to_container(node)
 
 
-def _available(device: str | None) -> str:
-    """`device` if this machine has it; `auto` (or none) is cuda where there is one, else cpu."""
-    device = str(device or "auto")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"[mdmkit] device={device} is not available here; running on cpu")  # lm-eval's CLI asks for cuda:0
+def _device(device: str | None) -> str:
+    """lm-eval's own default, cuda:0, is read as auto (the CPU where there is no GPU, with a note); any other
+    device this machine lacks is one line (resolve_device)."""
+    if device == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
+        print(f"[mdmkit] device={device} (lm-eval's default) is not available here; running on cpu")
         return "cpu"
-    return device
+    return str(resolve_device(str(device or "auto")))
 
 
 @torch.no_grad()
@@ -118,7 +115,7 @@ class MdmkitLM(LM):
             sampler = "ntp" if kind == "causal" else "eb"
         self.sampler, self.sampler_config = sampler_from_args(sampler, extra)
         check_decoder(kind == "causal", self.sampler)  # before the weights load
-        device = _available(device)
+        device = _device(device)
         self.ranks = init_ranks("cuda" if device.startswith("cuda") else device)  # rank 0 of 1 without a launcher
         self._rank, self._world_size = self.ranks.rank, self.ranks.world_size
         if self._world_size > 1 and device.startswith("cuda"):

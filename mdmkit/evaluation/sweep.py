@@ -44,7 +44,7 @@ def sampler_preset(name: str) -> dict[str, Any]:
     try:
         return option("sampler", name)
     except ConfigError as error:
-        raise ConfigError(f"sweep: unknown sampler '{name}' ({error})") from None
+        raise ConfigError(f"sweep: {error}") from None
 
 
 def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
