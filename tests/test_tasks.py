@@ -84,6 +84,16 @@ def test_splits_are_cached_deterministic_and_disjoint(tmp_path: Path) -> None:
     assert sudoku(tmp_path, n_givens=30).fingerprint() != sudoku(tmp_path).fingerprint()
 
 
+def test_tasks_built_in_python_cache_where_the_configs_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mdmkit.training.indicator.trajectories import TrajectoryConfig
+
+    monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))  # was ignored by SudokuTask(), honoured by task=sudoku
+    assert SudokuTask().cache_dir == str(tmp_path) == build(compose_config("train", []).task, "task").cache_dir
+    assert TrajectoryConfig(checkpoint=str(ROOT / "checkpoints/sudoku_mdm.pt")).root == f"{tmp_path}/trajectories"
+    monkeypatch.delenv("MDMKIT_CACHE_DIR")
+    assert MazeTask().cache_dir == "~/.cache/mdmkit"
+
+
 def test_the_cache_is_compact_and_reads_back_the_same_splits(tmp_path: Path) -> None:
     made = sudoku(tmp_path).load_splits()
     with np.load(sudoku(tmp_path).cache_path()) as cached:

@@ -5,7 +5,6 @@ Both carry the resolved run config, so a checkpoint alone rebuilds its network a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.indicator import FORMAT as INDICATOR_FORMAT
 from mdmkit.models import MaskedTransformer
-from mdmkit.tasks.base import PuzzleTask
+from mdmkit.tasks.base import PuzzleTask, default_cache_dir
 
 EMA_PREFIX = "ema.shadow."
 MACHINE_TASK_FIELDS = ("cache_dir", "workers")  # where and how fast data are made, not what the network is
@@ -142,7 +141,7 @@ class TrainedModel:
             raise CheckpointError(f"{self.path}: not an mdmkit checkpoint (no run config inside)")
         self.weights = weights
         # the data cache is a property of this machine, not of the model: never reuse the trainer's path
-        task = {**self.config["task"], "cache_dir": os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")}
+        task = {**self.config["task"], "cache_dir": default_cache_dir()}
         self.task = build_task({**self.config, "task": task})
 
     def task_for(self, given: dict[str, Any], explicit: Collection[str] | None = None) -> tuple[PuzzleTask, list[str]]:

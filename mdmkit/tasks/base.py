@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,6 +94,11 @@ def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
     return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
 
 
+def default_cache_dir() -> str:
+    """Where generated data are cached unless a config says otherwise: $MDMKIT_CACHE_DIR, else ~/.cache/mdmkit."""
+    return os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")
+
+
 @dataclass
 class PuzzleTask(Validated):
     """Base class for generated tasks (Sudoku, maze, arithmetic, character text): splits made once and cached."""
@@ -111,7 +116,7 @@ class PuzzleTask(Validated):
     n_val: int = 1_000
     n_test: int = 1_000
     seed: int = 0
-    cache_dir: str = "~/.cache/mdmkit"
+    cache_dir: str = field(default_factory=default_cache_dir)
     test_file: str | None = None  # evaluate on puzzles from a file instead of the generated test split
     workers: int = 1
 

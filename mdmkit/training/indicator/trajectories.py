@@ -33,7 +33,7 @@ from mdmkit.io.results import file_fingerprint, row_key
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.masked import MaskedSampler, TopKSampler
 from mdmkit.samplers.protocol import Sampled
-from mdmkit.tasks.base import SPLITS, PuzzleTask, Split
+from mdmkit.tasks.base import SPLITS, PuzzleTask, Split, default_cache_dir
 
 _COLUMNS = ("tokens", "reveal_step", "steps", "index", "correct")
 
@@ -49,7 +49,7 @@ class TrajectoryConfig(Validated):
     shard_size: int = 1_000
     batch_size: int = 256
     seed: int = 0
-    root: str = "~/.cache/mdmkit/trajectories"
+    root: str = field(default_factory=lambda: f"{default_cache_dir()}/trajectories")
     device: str = "auto"
     progress: bool = True
 
