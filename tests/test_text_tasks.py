@@ -285,6 +285,11 @@ def test_evaluate_causal_baseline_on_gsm8k(causal_dir, tmp_path):
         "wandb.mode=disabled"])
     rows = run_evaluation(cfg, tmp_path)
     assert rows[0]["weights"] == "causal" and rows[0]["nfe"]["max"] <= 6
+    cfg = compose_config("evaluate", [  # a second knob for the same cut: rows recorded limit null
+        "task=gsm8k", f"task.data_dir={DATA}", "+task.limit=2", f"ckpt={causal_dir}", "hf.kind=causal",
+        "sampler=ntp", "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
+    with pytest.raises(ConfigError, match="task.limit=2: give limit=2"):
+        run_evaluation(cfg, tmp_path)
 
 
 def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp_path):

@@ -149,8 +149,8 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
 def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Rows, Measure]:
     """A Hugging Face model (`ckpt` = directory or hub name, `hf.kind`) on GSM8K / HumanEval / MBPP."""
     hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
-    if cfg.limit is not None:
-        task.limit = cfg.limit
+    require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
+    task.limit = cfg.limit
     # hf.kind=causal takes sampler=ntp (or sbd), a masked model a masked sampler: checked before loading
     configs = [job.sampler for job in expand(cfg.sweep)] if cfg.get("sweep") else [to_container(cfg.sampler)]
     for config in configs:

@@ -18,7 +18,6 @@ from mdmkit.tasks.text import HubSource, TextTask, Verdict
 
 CALCULATOR = re.compile(r"<<[^>]*>>")  # the dataset's calculator annotations, e.g. <<48/2=24>>
 _FINAL = re.compile(r"\n?####\s*(.+)\s*$")
-LM_EVAL_STOPS = ["Question:", "</s>", "<|im_end|>"]
 
 
 def worked_solution(answer_field: str) -> str:

@@ -60,7 +60,7 @@ def check_run(cfg: DictConfig) -> None:
     compiled = cfg.get("compile", False)
     require(isinstance(compiled, bool) or compiled in COMPILE_MODES,
             f"compile={compiled} must be true, false or a torch.compile mode ({', '.join(COMPILE_MODES)})")
-    ema_decay = cfg.get("ema_decay", 0.0)
+    ema_decay = cfg.get("ema_decay")
     require(isinstance(ema_decay, (int, float)) and 0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
     require_int("seed", cfg.get("seed", 0), 0)
     require_bool("evaluate_after_training", cfg.get("evaluate_after_training", True))
