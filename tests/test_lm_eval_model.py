@@ -276,6 +276,24 @@ def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(mask
     assert results["n-shot"] == {"mdmkit_gsm8k": 8, "mdmkit_humaneval": 0, "mdmkit_mbpp": 4}
 
 
+@pytest.mark.parametrize("name", ["gsm8k", "humaneval", "mbpp"])
+def test_mdmkits_task_configs_state_the_tasks_own_defaults(name: str) -> None:
+    """lm-eval reads the YAML, evaluate.py the task: the stops, answer length and shots must be the same."""
+    import yaml
+
+    from mdmkit.lm_eval_tasks import utils
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    config = yaml.load((Path(utils.__file__).parent / f"mdmkit_{name}.yaml").read_text(), Loader=Loader)
+    task = utils.task(name)
+    assert config["generation_kwargs"]["until"] == task.stop_phrases
+    assert config["generation_kwargs"]["max_gen_toks"] == task.max_gen_len
+    assert config["num_fewshot"] == task.shots
+
+
 @needs_data
 @pytest.mark.parametrize("name, shots", [("gsm8k", 2), ("mbpp", 3)])
 def test_num_fewshot_changes_the_shots_of_mdmkits_tasks(name, shots, monkeypatch):
