@@ -238,13 +238,13 @@ def ntp_generate(model, tokenizer, texts: list[str], steps: int, stop_ids: list[
     counter = ForwardCounter(model, len(ids))
     out = NTPDecoder().sample(counter, canvas, mask, stop=stop)
     answers = torch.stack([out.tokens[i, len(row): len(row) + steps] for i, row in enumerate(ids)])
-    answers = torch.where(answers == mask, model.pad_id, answers)
+    answers = torch.where(answers == mask, tokenizer.pad_token_id, answers)
     return answers[:, : int(counter.nfe.max())], counter.nfe
 
 
 def test_kv_cache_greedy_equals_recomputed_greedy(llama) -> None:
     model, tokenizer = llama
-    assert model.pad_id == tokenizer.pad_token_id and model.num_parameters() > 0
+    assert model.num_parameters() > 0
     batch, keep = left_padded(tokenizer, TEXTS)
     tokens, nfe = ntp_generate(model, tokenizer, TEXTS, 8)
     assert tokens.shape == (3, 8) and (nfe == 8).all()
@@ -264,7 +264,7 @@ def test_stop_token_ends_a_row_and_its_nfe(llama) -> None:
         end = int(hits[0]) + 1 if hits.numel() else 8
         assert nfe[row].item() == end
         assert torch.equal(tokens[row, :end], free[row, :end])
-        assert (tokens[row, end:] == model.pad_id).all()
+        assert (tokens[row, end:] == tokenizer.pad_token_id).all()
     assert nfe[0].item() <= 3
     assert tokens.shape[1] == int(nfe.max())
 

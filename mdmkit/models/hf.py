@@ -106,10 +106,9 @@ class HFCausalLM(nn.Module):
 
     capabilities = frozenset({KV_CACHE})
 
-    def __init__(self, model: nn.Module, pad_id: int = 0) -> None:
+    def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.pad_id = int(pad_id)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -331,7 +330,4 @@ def load_causal_lm(
                                                      **_dtype_kwarg(dtype))
     except Exception as error:
         raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {_first_line(error)}") from error
-    pad = None
-    if tokenizer is not None:
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return HFCausalLM(model.to(device).eval(), pad_id=pad if pad is not None else 0), tokenizer
+    return HFCausalLM(model.to(device).eval()), tokenizer

@@ -42,7 +42,6 @@ class ForwardCounter:
         self.tokens = torch.zeros(batch_size, dtype=torch.long)  # tokens computed (as queries) per row
         self.extra: dict[str, torch.Tensor] = {}  # kind -> per-row fractional cost
         self.nfe_at_stop = torch.full((batch_size,), -1, dtype=torch.long)  # generate_until point, -1: never
-        self.calls = 0
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -53,7 +52,6 @@ class ForwardCounter:
             raise ValueError(f"{tokens.shape[0]} sequences passed for {rows.numel()} rows")
         self.nfe[rows.cpu()] += 1
         self.tokens[rows.cpu()] += tokens.shape[1]
-        self.calls += 1
 
     def _network_with(self, capability: str) -> Any:
         if capability not in self.capabilities:

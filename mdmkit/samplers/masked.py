@@ -41,7 +41,7 @@ from mdmkit.samplers.budget import (
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.ordering import ERROR_PROXIES, entropy, entropy_with_eps
+from mdmkit.samplers.ordering import ERROR_PROXIES, ErrorProxy, entropy, entropy_with_eps
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 # (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
@@ -182,7 +182,7 @@ class MaskedSampler(Sampler):
         """This sampler's rule across steps for a batch whose positions to fill are `answer` [B, L] (None: none)."""
         return None if self.step_rule is None else _from_fields(self.step_rule, self).start(answer)
 
-    def error_proxy(self) -> Callable[..., torch.Tensor]:
+    def error_proxy(self) -> ErrorProxy:
         return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
 
     def fill(self, network: ForwardCounter, canvas: Canvas, reveal_also: RevealHook | None = None,
@@ -319,7 +319,7 @@ class DreamStepsSampler(MaskedSampler):
         require(not self.random_count or self.ordering == "random",
                 f"random_count=true needs ordering=random (Dream's alg='origin'), not ordering={self.ordering}")
 
-    def error_proxy(self) -> Callable[..., torch.Tensor]:
+    def error_proxy(self) -> ErrorProxy:
         if self.ordering == "entropy" and self.entropy_eps > 0.0:
             return entropy_with_eps(self.entropy_eps)
         return super().error_proxy()

@@ -55,14 +55,11 @@ def oracle_merge(
     reference: Sampled,
     mask_id: int,
     batch_size: int | None = None,
-    *,
-    attention_mask: torch.Tensor | None = None,
 ) -> OracleMerge:
     """Run the oracle on every row of `prompts` [B, L] against `reference`; see the module docstring.
 
     Rows are batched and leave once all their steps are revealed, so each row is charged (through a
     ForwardCounter) exactly the passes it needs; `batch_size` caps the rows per network call.
-    `attention_mask` [B, L] (True = a real token) hides padding, as in the sampling loop.
     """
     _check_reference(prompts, reference, mask_id)
     device = prompts.device
@@ -90,8 +87,7 @@ def oracle_merge(
             steps_here = reveal_step[rows]
             shown = (steps_here >= 0) & (steps_here < k[:, None])
             state = torch.where(shown, target[rows], prompts[rows])
-            kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-            logits = counter(state, rows, **kwargs).float()
+            logits = counter(state, rows).float()
             predicted = logits.index_fill(-1, mask_index, float("-inf")).argmax(-1)
             # first step after k (the always-revealed one) holding a wrong position; none: the row's end
             wrong_later = (predicted != target[rows]) & (steps_here > k[:, None])
@@ -114,11 +110,9 @@ def oracle_floor(
     reference: Sampled,
     mask_id: int,
     batch_size: int | None = None,
-    *,
-    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-row minimal NFE [B] (long) of a trajectory-preserving sampler reproducing `reference` exactly."""
-    return oracle_merge(network, prompts, reference, mask_id, batch_size, attention_mask=attention_mask).nfe
+    return oracle_merge(network, prompts, reference, mask_id, batch_size).nfe
 
 
 def oracle_groups(
@@ -127,11 +121,8 @@ def oracle_groups(
     reference: Sampled,
     mask_id: int,
     row: int,
-    *,
-    attention_mask: torch.Tensor | None = None,
 ) -> list[list[int]]:
     """Row `row`'s merged partition: the groups of reference step indices the oracle reveals per pass."""
     one = slice(row, row + 1)
     single = Sampled(reference.tokens[one], reference.reveal_step[one], reference.steps[one])
-    mask = None if attention_mask is None else attention_mask[one]
-    return oracle_merge(network, prompts[one], single, mask_id, attention_mask=mask).groups(0)
+    return oracle_merge(network, prompts[one], single, mask_id).groups(0)

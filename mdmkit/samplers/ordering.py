@@ -7,7 +7,6 @@ same signature.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -40,7 +39,7 @@ def margin_error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torc
     return top2[..., 1] - top2[..., 0]
 
 
-def entropy_with_eps(eps: float) -> Callable[..., torch.Tensor]:
+def entropy_with_eps(eps: float) -> ErrorProxy:
     """The entropy proxy as Dream's sampler computes it: -sum p log(p + eps) (eps > 0), not the exact entropy."""
 
     def error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -53,7 +52,7 @@ def random_error(probs: torch.Tensor, chosen_prob: torch.Tensor, generator: torc
     return torch.rand(chosen_prob.shape, generator=generator, device=chosen_prob.device)
 
 
-ERROR_PROXIES: dict[str, Callable[..., torch.Tensor]] = {
+ERROR_PROXIES: dict[str, ErrorProxy] = {
     "confidence": confidence_error,
     "entropy": entropy_error,
     "margin": margin_error,
