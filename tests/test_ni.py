@@ -22,11 +22,11 @@ from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import expand
 from mdmkit.io.checkpoint import save_slim
 from mdmkit.io.indicator import load_indicator, save_indicator
+from mdmkit.models.denoiser import without_mask
 from mdmkit.models.indicator import (
     Features,
     IndicatorConfig,
     IndicatorScorer,
-    exclude_mask,
     features,
 )
 from mdmkit.objectives.indicator import draw_rollback, merge_labels, rollback_state
@@ -122,7 +122,7 @@ def walk_labels(net, prompt: torch.Tensor, reference: Sampled) -> list[list[int]
     while done < int(reference.steps[0]):
         state = rollback_state(reference.tokens, reference.reveal_step, torch.tensor([done]), M)
         assert torch.equal(state[prompt != M], prompt[prompt != M])
-        predicted = exclude_mask(net(state), M).argmax(-1)
+        predicted = without_mask(net(state), M).argmax(-1)
         labels = merge_labels(
             predicted, reference.tokens, reference.reveal_step, torch.tensor([done]), reference.steps
         )
@@ -243,7 +243,7 @@ def test_features_and_indicator_have_the_documented_shapes() -> None:
     logits, hidden = net.forward_with_hidden(x)
     assert torch.equal(logits, net(x)) and hidden.shape == (3, L, 32)
     assert torch.allclose(net.head(hidden), logits)  # the hidden state is the output head's input
-    logits = exclude_mask(logits, M)
+    logits = without_mask(logits, M)
     found = features(net.embed, logits, hidden, top_tokens=2, top_probs=3)
     assert found.token_embeddings.shape == (3, L, 2, 32)
     assert found.hidden.shape == (3, L, 32) and found.top_probs.shape == (3, L, 3)

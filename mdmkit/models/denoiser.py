@@ -98,6 +98,11 @@ class SelfSpeculativeDenoiser(Denoiser, Protocol):
                n_known: torch.Tensor) -> torch.Tensor: ...
 
 
+def without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Float logits with the mask token ruled out, as samplers see them (it is never a prediction)."""
+    return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+
+
 def missing_capability(network: object, capability: str) -> CapabilityError:
     """The error for asking `network` for a `capability` it does not declare."""
     return CapabilityError(f"{type(network).__name__} does not provide {capability} ({CAPABILITIES[capability]})")

@@ -33,11 +33,6 @@ class Features:
     top_probs: torch.Tensor  # [..., K2] the K2 largest predicted probabilities, descending
 
 
-def exclude_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """Float logits with the mask token ruled out, as the sampling loop sees them."""
-    return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
-
-
 def features(
     embedding: nn.Embedding, logits: torch.Tensor, hidden: torch.Tensor, top_tokens: int, top_probs: int
 ) -> Features:

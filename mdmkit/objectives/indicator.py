@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mdmkit.models.indicator import Indicator, exclude_mask, features
+from mdmkit.models.denoiser import without_mask
+from mdmkit.models.indicator import Indicator, features
 
 _NEVER = torch.iinfo(torch.long).max
 
@@ -62,7 +63,7 @@ def labelled_examples(base: nn.Module, indicator: Indicator, trajectories: tuple
     with torch.no_grad():
         state = rollback_state(tokens, reveal_step, done, mask_id)
         logits, hidden = base.forward_with_hidden(state)
-        logits = exclude_mask(logits, mask_id)
+        logits = without_mask(logits, mask_id)
         labels = merge_labels(logits.argmax(-1), tokens, reveal_step, done, steps)
         scored = reveal_step >= done[:, None]
         config = indicator.config

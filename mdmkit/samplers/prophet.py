@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.models.denoiser import without_mask
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.masked import MaskedSampler, StepRule, StepsSampler
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
@@ -40,7 +41,7 @@ def mean_gap(logits: torch.Tensor, masked: torch.Tensor, mask_id: int) -> torch.
     """Per row, the mean over its `masked` positions [R, L] of the top-2 logit gap (`logits` [R, L, V], the mask
     token excluded), in float32."""
     where = masked.nonzero(as_tuple=True)
-    values = logits[where].float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+    values = without_mask(logits[where], mask_id)
     top = values.topk(2, dim=-1).values
     total = torch.zeros(masked.shape[0], device=logits.device).index_add_(0, where[0], top[:, 0] - top[:, 1])
     return total / masked.sum(1).clamp(min=1)

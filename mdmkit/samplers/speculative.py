@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import CAUSAL_HEAD
+from mdmkit.models.denoiser import CAUSAL_HEAD, without_mask
 from mdmkit.models.speculative import Trunk, gather_positions
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
@@ -65,11 +65,6 @@ def accept(draft_prob: torch.Tensor, target_prob: torch.Tensor,
     uniform = torch.rand(draft_prob.shape, generator=generator, device=draft_prob.device,
                          dtype=draft_prob.dtype)
     return uniform * draft_prob < target_prob
-
-
-def without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """Float logits with the mask token ruled out (it is never a prediction)."""
-    return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
 
 
 def residual(draft: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
