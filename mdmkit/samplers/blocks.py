@@ -1,4 +1,5 @@
-"""Semi-autoregressive blocks and the sampling fields every block-wise sampler shares (masked loop, DUS, WINO).
+"""Semi-autoregressive blocks and what block-wise samplers share (masked loop, DUS, WINO, slow-fast): the
+sampling fields' checks and picking the best positions of a block.
 
 Blocks are taken over the answer positions (the masks) in reading order, so givens between blanks never form
 blocks of their own. A row works on its lowest block that still holds a mask.
@@ -39,6 +40,15 @@ def eligible_span(eligible: torch.Tensor) -> slice:
     if columns.numel() == 0:
         return slice(0, eligible.shape[1])
     return slice(int(columns[0]), int(columns[-1]) + 1)
+
+
+def best_of(score: torch.Tensor, pool: torch.Tensor, count: torch.Tensor, descending: bool) -> torch.Tensor:
+    """Bool [R, L]: the `count[r]` best-scoring positions of `pool` per row (highest if `descending`), ties to
+    the lower position."""
+    key = (-score if descending else score).masked_fill(~pool, float("inf"))
+    order = key.argsort(dim=1, stable=True)
+    columns = torch.arange(score.shape[1], device=score.device)
+    return torch.zeros_like(pool).scatter(1, order, columns[None, :] < count[:, None]) & pool
 
 
 def check_sampling_fields(temperature: float, top_p: float, block_length: int | None) -> None:

@@ -46,18 +46,11 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.blocks import answer_blocks, check_sampling_fields, eligible_span, enter_blocks
+from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, eligible_span, enter_blocks
 from mdmkit.samplers.choice import choose_in_span
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import CacheMode
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
-
-
-def _top(score: torch.Tensor, pool: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Bool [R, L]: the `count[r]` highest-scoring positions of `pool` per row, ties to the lower position."""
-    order = (-score).masked_fill(~pool, float("inf")).argsort(dim=1, stable=True)
-    columns = torch.arange(score.shape[1], device=score.device)
-    return torch.zeros_like(pool).scatter(1, order, columns[None, :] < count[:, None]) & pool
 
 
 def block_offsets(answer: torch.Tensor, block_length: int | None) -> torch.Tensor:
@@ -160,7 +153,7 @@ class SlowFastSampler(Sampler):
                 self._predict_end(cycles, rows[exploring], pool[exploring], offset[exploring], confidence[exploring])
             least = torch.where(fast, self.fast_k, self.slow_k)
             high = (pool & (confidence >= self.high_confidence)).sum(1)
-            reveal = _top(confidence, pool, torch.maximum(high, least))
+            reveal = best_of(confidence, pool, torch.maximum(high, least), descending=True)
 
             x[rows] = torch.where(reveal, choice, state)
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])

@@ -45,7 +45,7 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE
 from mdmkit.models.hf import positions_from
-from mdmkit.samplers.blocks import answer_blocks, check_sampling_fields, enter_blocks
+from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import CacheMode
@@ -60,15 +60,6 @@ class _Shadow:
     valid: torch.Tensor  # [R, S] slots that are positions of the row's block
     canvas: torch.Tensor  # [R, S, V] the canvas's logits at those positions
     verify: torch.Tensor  # [R, S, V] the shadow's logits for them
-
-
-def _top(score: torch.Tensor, pool: torch.Tensor, count: torch.Tensor, descending: bool) -> torch.Tensor:
-    """Bool [R, L]: the `count[r]` best-scoring positions of `pool` per row (highest if `descending`), ties to
-    the lower position."""
-    key = (-score if descending else score).masked_fill(~pool, float("inf"))
-    order = key.argsort(dim=1, stable=True)
-    columns = torch.arange(score.shape[1], device=score.device)
-    return torch.zeros_like(pool).scatter(1, order, columns[None, :] < count[:, None]) & pool
 
 
 def _onto(canvas: torch.Tensor, shadow: _Shadow, values: torch.Tensor) -> torch.Tensor:
@@ -163,7 +154,7 @@ class WinoSampler(Sampler):
             n_above = above.sum(1)
             capped = (n_above > limit) | (n_above == 0)
             count = torch.where(n_above > limit, limit, 1)
-            draft = torch.where(capped[:, None], _top(confidence, drafts_from, count, descending=True), above)
+            draft = torch.where(capped[:, None], best_of(confidence, drafts_from, count, descending=True), above)
             drafted = draft.sum(1)
 
             # narrow-out: the shadow's probability of each earlier-revealed token of the block
@@ -172,7 +163,7 @@ class WinoSampler(Sampler):
             held = verify_probs.gather(-1, held_token[..., None]).squeeze(-1)
             fails = verified & (held < self.tau_out)
             bounded = fails.sum(1) >= last_drafted[rows]
-            lowest = _top(held, verified, (last_drafted[rows] - 1).clamp(min=0), descending=False)
+            lowest = best_of(held, verified, (last_drafted[rows] - 1).clamp(min=0), descending=False)
             remask = torch.where(bounded[:, None], lowest, fails) & (drafted > 1)[:, None]
 
             slot_tokens = torch.where(remask, mask_id, torch.where(draft, choice, held_token))
