@@ -235,7 +235,7 @@ def generate(
                                                     model.pad_id, device)
             counter = ForwardCounter(model.network, len(group))
             sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
-            to_stop = torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe)
+            to_stop = counter.nfe_to_stop
             for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
                 text = model.decode(_settled(tokens[first: first + gen_length], mask_id))
                 rows_made[batch.begin + i] = (text, int(counter.nfe[j]), int(to_stop[j]), int(counter.tokens[j]))

@@ -134,9 +134,8 @@ def sample_split(
             floor = oracle_floor(network, prompt, sampled, task.mask_id).cpu()
             oracle_time += time.perf_counter() - oracle_start
         done.append(_BatchResult(
-            batch.index, task.score(sampled.tokens, target, answer_mask).cpu(), counter.nfe,
-            torch.where(counter.nfe_at_stop >= 0, counter.nfe_at_stop, counter.nfe), answer_mask.sum(1).cpu(),
-            counter.tokens, counter.extra, sampled.tokens.cpu(), floor))
+            batch.index, task.score(sampled.tokens, target, answer_mask).cpu(), counter.nfe, counter.nfe_to_stop,
+            answer_mask.sum(1).cpu(), counter.tokens, counter.extra, sampled.tokens.cpu(), floor))
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start - oracle_time

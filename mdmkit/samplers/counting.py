@@ -114,6 +114,11 @@ class ForwardCounter:
         self.nfe_at_stop[rows[first]] = self.nfe[rows[first]]
 
     @property
+    def nfe_to_stop(self) -> torch.Tensor:
+        """Per-row NFE at the stop condition, or the whole NFE of a row that never met it."""
+        return torch.where(self.nfe_at_stop >= 0, self.nfe_at_stop, self.nfe)
+
+    @property
     def cost(self) -> torch.Tensor:
         """Per-row total cost in full-forward units: NFE plus every fractional pass."""
         total = self.nfe.to(torch.float64)
