@@ -18,6 +18,7 @@ from mdmkit.analysis import pareto
 from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script, stamp
 from mdmkit.analysis.pareto_plot import plot_fronts
+from mdmkit.io.results import sampler_settings
 
 FULL_STEP = "topk-confidence"
 
@@ -46,7 +47,7 @@ def family_table(rows: list[dict], reference: float) -> list[dict]:
             "lowest_nfe_98": None if keep is None else keep.nfe,
             "lowest_nfe_98_accuracy": None if keep is None else keep.accuracy,
             "lowest_nfe_98_setting": (None if keep is None
-                                      else pareto.sampler_label((keep.payload or {}).get("sampler"))),
+                                      else sampler_settings((keep.payload or {}).get("sampler"))),
         })
     return entries
 

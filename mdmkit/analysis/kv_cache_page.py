@@ -14,7 +14,8 @@ from typing import Any
 
 from mdmkit.analysis.kv_cache_speed import MODES
 from mdmkit.analysis.pages import Page, markdown_table, stamp
-from mdmkit.analysis.pareto import derive_family, sampler_label
+from mdmkit.analysis.pareto import derive_family
+from mdmkit.io.results import sampler_settings
 
 _CACHE_KEYS = ("cache", "cache_refresh")
 _COLOURS = {"none": "tab:blue", "prefix": "tab:orange", "dual": "tab:green"}
@@ -24,7 +25,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P")
 def setting(row: Mapping[str, Any]) -> tuple[str, str]:
     """The sampler (family without its cache) and the knobs of a row, cache fields left out."""
     sampler = {k: v for k, v in (row.get("sampler") or {}).items() if k not in _CACHE_KEYS}
-    return derive_family({"sampler": sampler}), sampler_label(sampler)
+    return derive_family({"sampler": sampler}), sampler_settings(sampler)
 
 
 def cache_of(row: Mapping[str, Any]) -> str:

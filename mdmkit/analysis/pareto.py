@@ -298,12 +298,6 @@ def reference_accuracy_of(rows: Iterable[Mapping[str, Any]], family: str | None 
 # ------------------------------------------------------------------------------------------------ labels
 
 
-def sampler_label(sampler: Mapping[str, Any] | None) -> str:
-    """Short label of a sampler config: the settings that tell runs of one family apart, e.g. "gamma=0.1"
-    (`results.sampler_settings`)."""
-    return sampler_settings(sampler)
-
-
 def row_label(row: Mapping[str, Any]) -> str:
     """One run, named as console lines and plots name it: its family (with its preset) and settings, e.g.
     "eb-confidence gamma=0.001" or "llada (steps-confidence) steps=64, block_length=32"."""

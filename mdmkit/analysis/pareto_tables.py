@@ -20,10 +20,10 @@ from mdmkit.analysis.pareto import (
     points,
     reference_accuracy_of,
     row_settings,
-    sampler_label,
     speedup,
     swept_settings,
 )
+from mdmkit.io.results import sampler_settings
 
 _SETTINGS_WIDTH = 64
 
@@ -56,7 +56,7 @@ def runs_table(rows: Iterable[Mapping[str, Any]], cost: bool = False) -> str:
     rows = sorted(rows, key=lambda r: (derive_family(r), r["nfe_mean"]))
     families = [derive_family(row) for row in rows]
     swept = {name: swept_settings(r for r, f in zip(rows, families) if f == name) for name in set(families)}
-    named = [(family, sampler_label(row.get("sampler")) if family == ORACLE else _run_settings(row, swept[family]))
+    named = [(family, sampler_settings(row.get("sampler")) if family == ORACLE else _run_settings(row, swept[family]))
              for row, family in zip(rows, families)]
     family_width = max([len("family"), *(len(family) for family, _ in named)])
     settings_width = max([len("settings"), *(len(settings) for _, settings in named)])
@@ -90,7 +90,7 @@ def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float |
         nfes = [p.nfe for p in everything]
         kept = lowest_nfe_keeping(front, reference_accuracy, keep) if reference_accuracy is not None else None
         kept_text = "—" if kept is None else (
-            f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_label(kept.payload.get('sampler'))})"
+            f"{kept.nfe:.1f} (acc {kept.accuracy:.4f}; {sampler_settings(kept.payload.get('sampler'))})"
             if isinstance(kept.payload, Mapping) else f"{kept.nfe:.1f} (acc {kept.accuracy:.4f})")
         lines.append([_shown(name), len(everything), len(front), f"{max(p.accuracy for p in everything):.4f}",
                       f"{min(nfes):.1f}–{max(nfes):.1f}", _fmt(aups.get(name), ".1f"), kept_text,
