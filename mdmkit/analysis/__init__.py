@@ -1,1 +1,2 @@
-"""Back-of-the-envelope analyses that need no model weights and no torch (e.g. the SBD roofline)."""
+"""What results become for a reader: Pareto fronts and their tables and plots, AUP, the SBD roofline, the
+samplers' overhead and KV-cache speed, and the pages (figure + table + command) that show them."""

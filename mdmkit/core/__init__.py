@@ -1,4 +1,4 @@
-"""The bottom layer: errors, validated configs, seeds, devices, provenance and stop conditions.
+"""The bottom layer: errors, validated configs, seeds, devices and stop conditions.
 
 Everything in mdmkit may import from here; nothing here imports from the rest of mdmkit.
 """

@@ -25,7 +25,7 @@ class EvalResult:
     correct: np.ndarray  # bool [N]
     nfe: np.ndarray  # int [N], forward passes each sample took part in
     wall_time_s: float
-    predictions: torch.Tensor = field(repr=False)
+    predictions: torch.Tensor | list[str] = field(repr=False)  # token rows (puzzles) or decoded texts
     extra_cost: dict[str, np.ndarray] = field(default_factory=dict)  # fractional passes per kind, per sample
     oracle_nfe: np.ndarray | None = None  # the oracle floor of this sampler's trajectories (if asked for)
     nfe_to_stop: np.ndarray | None = None  # NFE when the stop condition was met (= nfe without one)

@@ -1,7 +1,8 @@
 """Budget rules: how many of this step's sorted eligible positions to reveal, per row.
 
 A rule sees a `Ranked` view (eligible positions sorted best first by the error proxy) and returns a count
-per row; the loop then reveals at least one and at most all eligible positions. Top-k, step schedules,
+per row; the loop then reveals at least one (none where a sampler allows `empty_steps`, as Dream's schedule
+does) and at most all eligible positions. Top-k, step schedules,
 EB-Sampler, Fast-dLLM threshold and factor (the paper's rule and its code's) differ only here. Each rule checks
 the ranges of its own parameters, once for every sampler that uses it (a bad value is a `ConfigError` naming the
 field).
@@ -36,7 +37,8 @@ class Ranked:
 
 class Budget(Protocol):
     def __call__(self, ranked: Ranked) -> torch.Tensor:
-        """Number of leading ranked positions to reveal, per row (clamped to [1, n_eligible] by the loop)."""
+        """Number of leading ranked positions to reveal, per row (clamped to [1, n_eligible] by the loop, or
+        to [0, n_eligible] with `empty_steps`)."""
 
 
 def _prefix_length(holds: torch.Tensor) -> torch.Tensor:
