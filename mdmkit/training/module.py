@@ -17,7 +17,7 @@ from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import build_network, build_task
 from mdmkit.tasks.base import Split
 from mdmkit.training.ema import EMA
-from mdmkit.training.optim import OptimConfig  # configs name it mdmkit.training.module.OptimConfig
+from mdmkit.training.optim import OptimConfig  # also importable from here: configs saved before it moved name it so
 
 
 def step_generator(module: L.LightningModule, salt: int) -> torch.Generator:

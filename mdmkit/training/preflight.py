@@ -16,7 +16,7 @@ from mdmkit.core.config import build, require, require_bool, require_int
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
 
-# configs name the optimizer settings where they used to live, next to the Lightning module
+# configs saved before the optimizer settings moved out of the Lightning module name them there
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment"})  # conf/train.yaml's data
