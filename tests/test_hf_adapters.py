@@ -13,8 +13,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from mdmkit.core.errors import CheckpointError
-from mdmkit.core.stopping import AnyStop, StopCondition
-from mdmkit.evaluation.generation import AnswerBudget
+from mdmkit.core.stopping import AnswerBudget, AnyStop, StopCondition
 from mdmkit.models.hf import HFMaskedDiffusion, load_causal_lm, load_masked_diffusion
 from mdmkit.samplers import (
     DreamStepsSampler,

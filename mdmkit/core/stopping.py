@@ -14,6 +14,12 @@ from typing import Protocol
 import torch
 
 
+def settled_answer(tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Bool [R, L]: the answer positions before the row's first masked one (text that can no longer change)."""
+    masked = answer & (tokens == mask_id)
+    return answer & (masked.long().cumsum(1) == 0)
+
+
 @dataclass(frozen=True)
 class StopCondition:
     """Stop sequences as token ids (a single stop token is a sequence of length one)."""
@@ -29,9 +35,7 @@ class StopCondition:
 
     def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
         """Bool [R]: a stop sequence starts inside the answer region with every answer position before it revealed."""
-        masked = tokens == mask_id
-        masked_before = masked.long().cumsum(1) - masked.long()  # masked answer positions strictly before j
-        settled = answer & (masked_before == 0)
+        settled = settled_answer(tokens, answer, mask_id)  # a match starts at a revealed position
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         for seq in self.sequences:
             width = len(seq)
@@ -60,8 +64,7 @@ class TextStop:
             raise ValueError("stop phrases must be non-empty strings")
 
     def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
-        masked = answer & (tokens == mask_id)
-        settled = answer & (masked.long().cumsum(1) == 0)  # answer positions before the row's first mask
+        settled = settled_answer(tokens, answer, mask_id)
         done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         for row in range(tokens.shape[0]):
             text = self.decode(tokens[row][settled[row]].tolist())
@@ -73,6 +76,17 @@ class Stop(Protocol):
     """A sampler's `stop`: `met` says which rows are finished (StopCondition, TextStop, AnyStop, ...)."""
 
     def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class AnswerBudget:
+    """Finished once `length` answer tokens are settled. Rows of a causal batch differ in prompt length and
+    share one canvas width, so shorter prompts are followed by more masks than they may generate."""
+
+    length: int
+
+    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
+        return settled_answer(tokens, answer, mask_id).sum(1) >= self.length
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from mdmkit.core.errors import CapabilityError, ConfigError
 from mdmkit.core.seeding import seeded_generator, stream_seed
-from mdmkit.core.stopping import AnyStop, Stop, StopCondition, TextStop
+from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
@@ -141,19 +141,6 @@ def check_sampler(model: TextModel, sampler: Sampler | None) -> None:
     check_decoder(model.causal, sampler)
     require_capabilities(sampler, model.network)
     model.mask_id_for(sampler)
-
-
-@dataclass(frozen=True)
-class AnswerBudget:
-    """Finished once `length` answer tokens are settled. Rows of a causal batch differ in prompt length and
-    share one canvas width, so shorter prompts are followed by more masks than they may generate."""
-
-    length: int
-
-    def met(self, tokens: torch.Tensor, answer: torch.Tensor, mask_id: int) -> torch.Tensor:
-        masked = answer & (tokens == mask_id)
-        settled = answer & (masked.long().cumsum(1) == 0)
-        return settled.sum(1) >= self.length
 
 
 def _masked_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id: int,
