@@ -20,8 +20,7 @@ from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.config import build
 from mdmkit.core.errors import CapabilityError, ConfigError
 from mdmkit.evaluation.runner import EvalResult
-from mdmkit.models.denoiser import KV_CACHE, require_capabilities
-from mdmkit.models.hf import positions_from
+from mdmkit.models.denoiser import KV_CACHE, positions_from, require_capabilities
 from mdmkit.samplers import (
     DreamStepsSampler,
     EBSampler,

@@ -98,6 +98,11 @@ class SelfSpeculativeDenoiser(Denoiser, Protocol):
                n_known: torch.Tensor) -> torch.Tensor: ...
 
 
+def positions_from(keep: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on each row's first real token, so left padding does not shift them."""
+    return (keep.long().cumsum(1) - 1).clamp(min=0)
+
+
 def without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     """Float logits with the mask token ruled out, as samplers see them (it is never a prediction)."""
     return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))

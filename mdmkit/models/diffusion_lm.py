@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mdmkit.core.config import Validated, require
-from mdmkit.models.denoiser import KV_CACHE, KVCache
+from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
 
 
 @dataclass
@@ -204,7 +204,7 @@ class DiffusionLM(nn.Module):
         mask (no cache), counted from each row's first real token, as Dream's sampler counts them."""
         keep = key_padding_keep(attn_mask) if self.config.pad_positions and cache is None else None
         if keep is not None:
-            return (keep.long().cumsum(1) - 1).clamp(min=0).expand(tokens.shape[0], -1)
+            return positions_from(keep).expand(tokens.shape[0], -1)
         past = 0 if cache is None else cache.length
         return torch.arange(past, past + tokens.shape[1], device=tokens.device)[None]
 

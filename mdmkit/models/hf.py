@@ -22,7 +22,7 @@ from torch import nn
 
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
-from mdmkit.models.denoiser import KV_CACHE, KVCache
+from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
 from mdmkit.models.diffusion_lm import DiffusionLM
 from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
 
@@ -53,11 +53,6 @@ def _layer_kv(cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     if hasattr(cache, "layers"):
         return cache.layers[layer].keys, cache.layers[layer].values
     return cache.key_cache[layer], cache.value_cache[layer]
-
-
-def positions_from(keep: torch.Tensor) -> torch.Tensor:
-    """Position ids that start at 0 on each row's first real token, so left padding does not shift them."""
-    return (keep.long().cumsum(1) - 1).clamp(min=0)
 
 
 def _accepts(model: nn.Module, name: str) -> bool:

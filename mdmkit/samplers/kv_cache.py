@@ -36,8 +36,7 @@ from typing import Any, Literal
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import KVCache
-from mdmkit.models.hf import positions_from
+from mdmkit.models.denoiser import KVCache, positions_from
 from mdmkit.samplers.counting import ForwardCounter
 
 CacheMode = Literal["none", "prefix", "dual"]

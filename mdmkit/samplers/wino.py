@@ -43,8 +43,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
-from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE
-from mdmkit.models.hf import positions_from
+from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE, positions_from
 from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
