@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import textwrap
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -85,41 +87,45 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
             file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-_failed_jobs: list[str] = []  # this process's failed multirun jobs (the basic launcher runs them all here)
+FAILED_MARK = "failed.json"  # written into a multirun job's directory by the job that failed
+_failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their marks when the multirun ends
 
 
 @contextmanager
 def _contained() -> Iterator[None]:
-    """A run's failure: one line on stderr (a traceback for a bug) and status 2. In a multirun a job's mdmkit
-    error is one line and the sweep goes on; with the basic launcher (jobs in this process) any failure is, and
-    `_exit_if_jobs_failed` lists them and sets the status at the end. Other launchers see a bug's exception."""
+    """A run's failure: one line on stderr (with a traceback for a bug) and status 2. In a multirun every job's
+    failure is contained, so the sweep goes on: the job leaves a mark in its directory, and `FailedJobs` (in the
+    launching process, whichever launcher ran the job) lists them all at the end, status 2."""
     try:
         yield
-    except Exception as error:  # a multirun contains every job's failure
-        hydra_config = HydraConfig.get()
-        multirun = hydra_config.mode == RunMode.MULTIRUN
-        in_process = multirun and hydra_config.launcher._target_.endswith(".BasicLauncher")
+    except Exception as error:  # noqa: BLE001 -- a multirun contains every job's failure
         if not isinstance(error, MdmkitError):
-            if not in_process:  # a launcher of other processes marks the job failed itself
-                raise
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
-        if not multirun:
+        hydra_config = HydraConfig.get()
+        if hydra_config.mode != RunMode.MULTIRUN:
             sys.exit(2)
-        if in_process:
-            _failed_jobs.append(f"{_job_label()}: {error}")
+        mark = {"num": hydra_config.job.num, "overrides": list(hydra_config.overrides.task), "error": str(error)}
+        Path(hydra_config.runtime.output_dir, FAILED_MARK).write_text(json.dumps(mark))
 
 
-def _job_label() -> str:
-    """`job 3 (sampler.k=45 limit=abc)`: the job's number and the values it takes of the swept keys."""
-    parser, hydra_config = OverridesParser.create(), HydraConfig.get()
-    try:
-        swept = {o.key_or_group for o in parser.parse_overrides([a for a in sys.argv[1:] if "=" in a])
+class FailedJobs(Callback):
+    """`hydra.callbacks` of train.yaml and evaluate.yaml: at the end of a multirun, the jobs that left a failure
+    mark in the sweep's directory (marks older than this multirun are not its own), each with its swept values."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.time()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        marks = [json.loads(path.read_text()) for path in Path(str(config.hydra.sweep.dir)).rglob(FAILED_MARK)
+                 if path.stat().st_mtime >= self.started]
+        parser = OverridesParser.create()
+        swept = {o.key_or_group for o in parser.parse_overrides(list(config.hydra.overrides.task))
                  if o.is_sweep_override()}
-        mine = [o for o in parser.parse_overrides(list(hydra_config.overrides.task)) if o.key_or_group in swept]
-    except Exception:  # noqa: BLE001 -- a label, never a second failure
-        return f"job {hydra_config.job.num}"
-    return f"job {hydra_config.job.num} ({' '.join(f'{o.key_or_group}={o.value()}' for o in mine)})"
+        for mark in sorted(marks, key=lambda m: m["num"]):
+            values = [o for o in parser.parse_overrides(mark["overrides"]) if o.key_or_group in swept]
+            label = " ".join(f"{o.key_or_group}={o.value()}" for o in values)
+            _failed_jobs.append(f"job {mark['num']}{f' ({label})' if label else ''}: {mark['error']}")
 
 
 def _exit_if_jobs_failed() -> None:

@@ -192,11 +192,12 @@ def test_a_bad_evaluation_sampler_stops_training_before_it_starts(tmp_path: Path
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["basic", "local_parallel"])  # jobs in this process, or in worker processes
+def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path, launcher: str) -> None:
     train(tmp_path, "trainer.fast_dev_run=true")
     results = tmp_path / "sweep.jsonl"
     out = run_cli("evaluate.py", "-m", f"ckpt={tmp_path}/model.pt", "sampler.k=0,45", "limit=4,abc",
-                  f"results_file={results}", cwd=tmp_path)
+                  f"results_file={results}", f"hydra/launcher={launcher}", cwd=tmp_path)
     assert "error: sampler: k=0 must be >= 1" in out.stderr
     assert "NFE mean 1.00" in out.stdout  # the k=45 job ran: one pass reveals all 45 blanks
     assert len(results.read_text().splitlines()) == 1
