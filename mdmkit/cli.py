@@ -87,6 +87,7 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
             file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
+_HYDRA_RECORD = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
 FAILED_MARK = "failed.json"  # written into a multirun job's directory by the job that failed
 _failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their marks when the multirun ends
 
@@ -104,9 +105,23 @@ def _contained() -> Iterator[None]:
         print(f"error: {error}", file=sys.stderr)
         hydra_config = HydraConfig.get()
         if hydra_config.mode != RunMode.MULTIRUN:
+            _discard_if_untouched(Path(hydra_config.runtime.output_dir))
             sys.exit(2)
         mark = {"num": hydra_config.job.num, "overrides": list(hydra_config.overrides.task), "error": str(error)}
         Path(hydra_config.runtime.output_dir, FAILED_MARK).write_text(json.dumps(mark))
+
+
+def _discard_if_untouched(output_dir: Path) -> None:
+    """A run refused before it wrote anything leaves no directory behind: Hydra's record of it goes, and then the
+    directories it made, if that left them empty (never the working directory)."""
+    written = {path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if not path.is_dir()}
+    if not written <= _HYDRA_RECORD or not is_rank_zero():
+        return
+    for name in written:
+        (output_dir / name).unlink(missing_ok=True)
+    for directory in (output_dir / ".hydra", output_dir):
+        if directory.is_dir() and not any(directory.iterdir()) and directory.resolve() != Path.cwd().resolve():
+            directory.rmdir()
 
 
 class FailedJobs(Callback):
