@@ -110,9 +110,10 @@ def run(args: argparse.Namespace, command: str) -> str:
         tasks = sorted({str(r.get("task")) for r in rows})
         where = f" and checkpoint {args.checkpoint}" if args.checkpoint else ""
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
+    recorded = pareto.recorded_with(selected, args.metric)  # what the page's .jsonl keeps
     selected = pareto.on_axes(selected, args.metric, args.cost)  # every later step reads accuracy and nfe_mean
     if args.tag:
-        selected = tag_families(selected, args.tag)
+        selected, recorded = tag_families(selected, args.tag), tag_families(recorded, args.tag)
     found = pareto.checkpoints(selected)
     if len(found) > 1 and not args.tag:
         raise ValueError(f"rows of task {args.task} come from {len(found)} checkpoints ({', '.join(found)}): "
@@ -140,7 +141,8 @@ def run(args: argparse.Namespace, command: str) -> str:
               else "NFE (mean forward passes per example)")
     png = plot_fronts(selected, page.file(".png"), title, log_nfe=args.log_nfe, baseline_family=args.baseline,
                       xlabel=xlabel, ylabel=args.metric)
-    table = summary_table(selected, reference_accuracy=reference, keep=args.keep)
+    x_short = "cost" if args.cost else "NFE"
+    table = summary_table(selected, reference_accuracy=reference, keep=args.keep, x_name=x_short)
 
     reference_source = ("given" if args.reference_accuracy is not None
                         else f"best accuracy of {args.baseline}" if args.baseline else "best accuracy of all runs")
@@ -152,13 +154,13 @@ def run(args: argparse.Namespace, command: str) -> str:
              "", "## Summary", "", table, ""]
     if args.baseline:
         lines += [f"## Speedup over {args.baseline}", "",
-                  (f"NFE of {args.baseline} / NFE of the family at the same accuracy, both interpolated linearly "
-                   "along their fronts; — where a front never reaches that accuracy."), "",
-                  speedup_table(selected, args.baseline, speedup_levels(reference, args.keep)), ""]
+                  (f"{x_short} of {args.baseline} / {x_short} of the family at the same accuracy, both interpolated "
+                   "linearly along their fronts; — where a front never reaches that accuracy."), "",
+                  speedup_table(selected, args.baseline, speedup_levels(reference, args.keep), x_short), ""]
     if args.notes:
         lines += [args.notes.read_text().strip(), ""]
     lines += ["## Command", "", "```", command, "```"]
-    page.write(markdown=lines, rows=pareto.sort_rows(selected))
+    page.write(markdown=lines, rows=pareto.sort_rows(recorded))  # as recorded: --cost changes only the axes
     return table
 
 

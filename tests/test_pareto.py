@@ -247,6 +247,19 @@ def test_cli_writes_plot_page_and_rows(tmp_path):
     assert all(r["task"] == "sudoku" for r in written)
 
 
+def test_a_cost_page_draws_cost_and_keeps_the_rows_as_recorded(tmp_path):
+    rows = [{**r, "cost_mean": r["nfe_mean"] * 1.5} for r in sample_rows()]
+    out = tmp_path / "cost_page"
+    done = run_script(str(write_jsonl(tmp_path / "r.jsonl", rows)), "--out", str(out), "--task", "sudoku",
+                      "--baseline", "topk-confidence", "--cost")
+    assert done.returncode == 0, done.stderr
+    page = out.with_suffix(".md").read_text()
+    assert "| cost range |" in page and "topk-confidence cost (baseline)" in page and "NFE range" not in page
+    assert "121.5" in page  # topk k=1 drawn at its cost, 1.5 x 81
+    written = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert sorted(r["nfe_mean"] for r in written) == sorted(r["nfe_mean"] for r in rows)  # was: the cost
+
+
 def test_cli_one_line_errors(tmp_path):
     results = write_jsonl(tmp_path / "r.jsonl", sample_rows())
     two = write_jsonl(tmp_path / "two.jsonl", [row("eb-entropy", 10, 0.5, sha="0123456789")])

@@ -202,16 +202,19 @@ def on_axes(rows: Iterable[Mapping[str, Any]], metric: str = "accuracy", cost: b
     """Rows as the front code reads them: `metric` as accuracy (its CI only belongs to accuracy itself; rows
     without the metric go) and, with `cost`, the full cost (NFE + fractional passes) as NFE."""
     out = []
-    for row in rows:
+    for row in recorded_with(rows, metric):
         row = dict(row)
         if cost:
             row["nfe_mean"] = row.get("cost_mean", row["nfe_mean"])
         if metric != "accuracy":
-            if not isinstance(row.get(metric), (int, float)):
-                continue
             row.update(accuracy=row[metric], accuracy_ci95=None)
         out.append(row)
     return out
+
+
+def recorded_with(rows: Iterable[Mapping[str, Any]], metric: str) -> list[Mapping[str, Any]]:
+    """The rows that record `metric` (every row records accuracy), as recorded."""
+    return [row for row in rows if metric == "accuracy" or isinstance(row.get(metric), (int, float))]
 
 
 def families(rows: Iterable[Mapping[str, Any]]) -> list[str]:

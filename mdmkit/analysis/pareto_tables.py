@@ -69,18 +69,19 @@ def runs_table(rows: Iterable[Mapping[str, Any]], cost: bool = False) -> str:
 
 
 def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float | None = None,
-                  keep: float = 0.98) -> str:
+                  keep: float = 0.98, x_name: str = "NFE") -> str:
     """Markdown table, one line per family (with its preset where that is more than the rule's plain option):
     runs, front points, best accuracy, NFE range, AUP (`aup.py`: area under accuracy vs tokens per forward; —
     where rows do not record tokens per step), the lowest NFE run keeping >= `keep` of `reference_accuracy`
     (default: best accuracy of all real sampler runs) with its settings, and the settings the family was run with
-    ("gamma ∈ {0.01, 0.1}; block_length=32")."""
+    ("gamma ∈ {0.01, 0.1}; block_length=32"). `x_name` names what the rows' nfe_mean holds (cost, for pages drawn
+    against the full cost)."""
     rows = list(rows)
     if reference_accuracy is None:
         reference_accuracy = reference_accuracy_of(rows)
     aups = family_aup(rows, derive_family)
-    header = ["family", "runs", "front points", "best accuracy", "NFE range", "AUP",
-              f"lowest NFE with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}", "settings run"]
+    header = ["family", "runs", "front points", "best accuracy", f"{x_name} range", "AUP",
+              f"lowest {x_name} with acc ≥ {keep:.0%} of {_fmt(reference_accuracy)}", "settings run"]
     lines = []
     for name, front in fronts_by_family(rows).items():
         own = [r for r in rows if derive_family(r) == name]
@@ -99,13 +100,13 @@ def summary_table(rows: Iterable[Mapping[str, Any]], reference_accuracy: float |
 
 
 def speedup_table(rows: Iterable[Mapping[str, Any]], baseline_family: str,
-                  accuracies: Sequence[float]) -> str:
+                  accuracies: Sequence[float], x_name: str = "NFE") -> str:
     """Markdown table of each family's speedup over `baseline_family` at each target accuracy, as
     "4.00× (10.0 vs 40.0)" (interpolated NFE of the family vs of the baseline); "—" where either misses it."""
     fronts = fronts_by_family(rows)
     baseline = fronts.get(baseline_family, [])
     baseline_nfe = [_fmt(nfe_at_accuracy(baseline, a), ".1f") for a in accuracies]
-    lines = [[f"{baseline_family} NFE (baseline)", *baseline_nfe]]
+    lines = [[f"{baseline_family} {x_name} (baseline)", *baseline_nfe]]
     for name, front in fronts.items():
         if name == baseline_family:
             continue
