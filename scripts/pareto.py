@@ -61,14 +61,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
-    """Families prefixed by their checkpoint's label, so that fronts of several checkpoints share one page."""
+    """Families prefixed by their checkpoint's label, so that fronts of several checkpoints share one page (rows
+    of such a page, already prefixed, keep theirs: the page's .jsonl redraws it)."""
     tagged = []
     for row in rows:
         labels = [label for checkpoint, label in (t.split("=", 1) for t in tags)
                   if pareto.select_rows([row], checkpoint=checkpoint)]
         if len(labels) != 1:
             raise ValueError(f"checkpoint {pareto.checkpoints([row])[0]} matches {len(labels)} --tag options")
-        tagged.append({**row, "family": f"{labels[0]}: {pareto.derive_family(row)}"})
+        family, prefix = pareto.derive_family(row), f"{labels[0]}: "
+        tagged.append({**row, "family": family if family.startswith(prefix) else prefix + family})  # a page's rows
     return tagged
 
 
