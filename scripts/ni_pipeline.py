@@ -38,7 +38,8 @@ from mdmkit.core.errors import MdmkitError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.indicator import load_indicator
-from mdmkit.models.indicator import IndicatorScorer, exclude_mask, num_parameters
+from mdmkit.models.denoiser import without_mask
+from mdmkit.models.indicator import IndicatorScorer, num_parameters
 from mdmkit.training.indicator.train import run_indicator_training
 
 
@@ -119,7 +120,7 @@ def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, rep
 
     with torch.no_grad():
         logits, hidden = network.forward_with_hidden(prompts)
-        logits = exclude_mask(logits, task.mask_id)
+        logits = without_mask(logits, task.mask_id)
         forward = seconds(lambda: network(prompts))
         pass_ = seconds(lambda: scorer(masked, logits, hidden))
     return {"batch": len(prompts), "forward_s": forward, "indicator_s": pass_,
