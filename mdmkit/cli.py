@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import textwrap
-import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +87,16 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
             file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-_HYDRA_RECORD = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
-FAILED_MARK = "failed.json"  # written into a multirun job's directory by the job that failed
-_failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their marks when the multirun ends
+_HYDRA_RECORD = {".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
+FAILED_JOBS_ENV = "MDMKIT_FAILED_JOBS_DIR"  # where a multirun's jobs note their failures (set by `FailedJobs`)
+_failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their notes when the multirun ends
 
 
 @contextmanager
 def _contained() -> Iterator[None]:
     """A run's failure: one line on stderr (with a traceback for a bug) and status 2. In a multirun every job's
-    failure is contained, so the sweep goes on: the job leaves a mark in its directory, and `FailedJobs` (in the
-    launching process, whichever launcher ran the job) lists them all at the end, status 2."""
+    failure is contained, so the sweep goes on: the job notes it where `FailedJobs` (in the launching process,
+    whichever launcher, process or node ran the job) finds it and lists them all at the end, status 2."""
     try:
         yield
     except Exception as error:  # noqa: BLE001 -- a multirun contains every job's failure
@@ -105,42 +105,54 @@ def _contained() -> Iterator[None]:
         print(f"error: {error}", file=sys.stderr)
         hydra_config = HydraConfig.get()
         if hydra_config.mode != RunMode.MULTIRUN:
-            _discard_if_untouched(Path(hydra_config.runtime.output_dir))
+            if isinstance(error, MdmkitError):  # refused: a crash keeps its record
+                _discard_if_untouched(Path(hydra_config.runtime.output_dir))
             sys.exit(2)
-        mark = {"num": hydra_config.job.num, "overrides": list(hydra_config.overrides.task), "error": str(error)}
-        Path(hydra_config.runtime.output_dir, FAILED_MARK).write_text(json.dumps(mark))
+        if os.environ.get(FAILED_JOBS_ENV):
+            note = {"num": hydra_config.job.num, "overrides": list(hydra_config.overrides.task), "error": str(error)}
+            Path(os.environ[FAILED_JOBS_ENV], f"{hydra_config.job.num}.json").write_text(json.dumps(note))
 
 
 def _discard_if_untouched(output_dir: Path) -> None:
     """A run refused before it wrote anything leaves no directory behind: Hydra's record of it goes, and then the
-    directories it made, if that left them empty (never the working directory)."""
-    written = {path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*") if not path.is_dir()}
-    if not written <= _HYDRA_RECORD or not is_rank_zero():
+    directory, if that emptied it (never the working directory)."""
+    entries = (path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*"))
+    if not is_rank_zero() or any(entry not in _HYDRA_RECORD for entry in entries):
         return
-    for name in written:
-        (output_dir / name).unlink(missing_ok=True)
-    for directory in (output_dir / ".hydra", output_dir):
-        if directory.is_dir() and not any(directory.iterdir()) and directory.resolve() != Path.cwd().resolve():
-            directory.rmdir()
+    with suppress(OSError):  # another process may be clearing it too: the refusal's one line stays the message
+        for name in sorted(_HYDRA_RECORD, reverse=True):  # files, then .hydra
+            path = output_dir / name
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        if not any(output_dir.iterdir()) and output_dir.resolve() != Path.cwd().resolve():
+            output_dir.rmdir()
 
 
 class FailedJobs(Callback):
-    """`hydra.callbacks` of train.yaml and evaluate.yaml: at the end of a multirun, the jobs that left a failure
-    mark in the sweep's directory (marks older than this multirun are not its own), each with its swept values."""
+    """`hydra.callbacks` of train.yaml and evaluate.yaml. A multirun's jobs note their failures in
+    `<sweep dir>/failed_jobs/` (made afresh for each multirun; jobs find it through $MDMKIT_FAILED_JOBS_DIR,
+    whatever directory their own config gives them); at the end this lists them with their swept values."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.started = time.time()
+        notes = Path(str(config.hydra.sweep.dir), "failed_jobs").resolve()
+        shutil.rmtree(notes, ignore_errors=True)
+        notes.mkdir(parents=True)
+        os.environ[FAILED_JOBS_ENV] = str(notes)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        marks = [json.loads(path.read_text()) for path in Path(str(config.hydra.sweep.dir)).rglob(FAILED_MARK)
-                 if path.stat().st_mtime >= self.started]
+        notes_dir = Path(os.environ.pop(FAILED_JOBS_ENV))
+        notes = sorted((json.loads(path.read_text()) for path in notes_dir.glob("*.json")), key=lambda n: n["num"])
+        if not notes:
+            notes_dir.rmdir()
         parser = OverridesParser.create()
         swept = {o.key_or_group for o in parser.parse_overrides(list(config.hydra.overrides.task))
                  if o.is_sweep_override()}
-        for mark in sorted(marks, key=lambda m: m["num"]):
-            values = [o for o in parser.parse_overrides(mark["overrides"]) if o.key_or_group in swept]
+        for note in notes:
+            values = [o for o in parser.parse_overrides(note["overrides"]) if o.key_or_group in swept]
             label = " ".join(f"{o.key_or_group}={o.value()}" for o in values)
-            _failed_jobs.append(f"job {mark['num']}{f' ({label})' if label else ''}: {mark['error']}")
+            _failed_jobs.append(f"job {note['num']}{f' ({label})' if label else ''}: {note['error']}")
 
 
 def _exit_if_jobs_failed() -> None:

@@ -88,11 +88,14 @@ def test_cli_prints_one_line_error_without_traceback(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == "error: model: n_layers=0 must be >= 1"
     assert "Traceback" not in result.stderr + result.stdout
     assert [p.name for p in (tmp_path / "outputs" / "quickstart").iterdir()] == []  # Hydra's record went too
-    kept = tmp_path / "kept"
-    kept.mkdir()
-    (kept / "notes.txt").write_text("mine")
-    assert run_cli("train.py", "model.n_layers=0", f"hydra.run.dir={kept}", cwd=tmp_path).returncode == 2
-    assert (kept / "notes.txt").read_text() == "mine" and (kept / ".hydra").is_dir()  # not a directory of its own
+    for kept, mine in ((tmp_path / "notes", "notes.txt"), (tmp_path / "folder", "checkpoints")):  # not its own
+        kept.mkdir()
+        if mine.endswith(".txt"):
+            (kept / mine).write_text("mine")
+        else:
+            (kept / mine).mkdir()
+        assert run_cli("train.py", "model.n_layers=0", f"hydra.run.dir={kept}", cwd=tmp_path).returncode == 2
+        assert (kept / mine).exists() and (kept / ".hydra" / "config.yaml").is_file()
 
 
 def test_cli_unknown_key_is_one_clear_message(tmp_path: Path) -> None:

@@ -205,6 +205,16 @@ def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path, launcher: str) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error: 3 job(s) of the sweep failed (the others' rows are saved):" in out.stderr
     assert "(sampler.k=45 limit=4)" not in out.stderr and "(sampler.k=45 limit=abc): limit=abc must" in out.stderr
+    notes = sorted(p.name for p in tmp_path.glob("multirun/evaluate/*/failed_jobs/*.json"))
+    assert notes == ["0.json", "1.json", "3.json"]
+
+
+def test_failed_jobs_are_listed_when_each_job_has_a_sweep_directory_of_its_own(tmp_path: Path) -> None:
+    """`train.yaml`'s sweep directory holds run_name, so the jobs of `run_name=a,b` write under different ones."""
+    out = run_cli("train.py", "-m", "run_name=a,b", "model.n_layers=0", cwd=tmp_path)
+    assert out.returncode == 2 and "error: 2 job(s) of the sweep failed" in out.stderr, out.stderr[-2000:]
+    assert "job 0 (run_name=a): model: n_layers=0 must be >= 1" in out.stderr
+    assert "job 1 (run_name=b): model: n_layers=0 must be >= 1" in out.stderr
 
 
 def test_ddp_with_two_cpu_processes(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ class ResumePlan:
 
 
 def is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0" and os.environ.get("LOCAL_RANK", "0") == "0"
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
 
 
 def plan_resume(argv: list[str]) -> ResumePlan | None:
