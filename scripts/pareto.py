@@ -69,8 +69,11 @@ def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
                   if pareto.select_rows([row], checkpoint=checkpoint)]
         if len(labels) != 1:
             raise ValueError(f"checkpoint {pareto.checkpoints([row])[0]} matches {len(labels)} --tag options")
-        family, prefix = pareto.derive_family(row), f"{labels[0]}: "
-        tagged.append({**row, "family": family if family.startswith(prefix) else prefix + family})  # a page's rows
+        prefix = f"{labels[0]}: "
+        if str(row.get("family") or "").startswith(prefix):  # a row of such a page
+            tagged.append(dict(row))
+        else:  # the preset folded into the tagged family, so that it is not applied again
+            tagged.append({**row, "family": prefix + pareto.derive_family(row), "preset": None})
     return tagged
 
 

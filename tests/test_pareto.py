@@ -304,6 +304,19 @@ def test_cli_compares_tagged_checkpoints_on_another_metric(tmp_path):
     assert untagged.returncode == 2 and "matches 0 --tag options" in untagged.stderr
 
 
+
+def test_a_tagged_page_redraws_from_its_own_rows(tmp_path):
+    rows = [{**row("eb-confidence", nfe, acc, sha=sha, gamma=g), "preset": "eb"}  # a preset beyond the plain rule
+            for sha in ("aaaaaaa111", "bbbbbbb222") for g, nfe, acc in ((0.1, 10, 0.8), (0.01, 20, 0.9))]
+    tags = ["--tag", "aaaaaaa=a", "--tag", "bbbbbbb=b", "--task", "sudoku", "--baseline", "a: eb-confidence"]
+    first = run_script(str(write_jsonl(tmp_path / "r.jsonl", rows)), "--out", str(tmp_path / "page"), *tags)
+    assert first.returncode == 0, first.stderr
+    again = run_script(str(tmp_path / "page.jsonl"), "--out", str(tmp_path / "again"), *tags)
+    assert again.returncode == 0, again.stderr  # was: tagged twice, "b: eb (b: eb-confidence)"
+    families = {json.loads(line)["family"] for line in (tmp_path / "again.jsonl").read_text().splitlines()}
+    assert families == {"a: eb-confidence", "b: eb-confidence"}
+
+
 def test_speculative_figure_draws_a_panel_per_rows_file(tmp_path):
     maze = write_jsonl(tmp_path / "maze.jsonl", [row("mdm: topk-confidence", 16, 0.55, k=1),
                                                  row("hybrid: speculative-confidence", 2.3, 0.70, k=2)])
