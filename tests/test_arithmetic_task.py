@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import compose_config
+from conftest import ROOT, compose_config
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import ConfigError, DataFormatError
+from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.tasks.arithmetic import ArithmeticTask
 from mdmkit.tasks.base import Split
 
@@ -228,3 +229,12 @@ def test_builds_from_the_hydra_config(tmp_path: Path) -> None:
     bad = compose_config("train", ["task=arithmetic", "task.n_ops=9"])
     with pytest.raises(ConfigError, match=r"^task: n_ops=9 must lie in \[1, 8\]$"):
         build(bad.task, "task")
+
+
+def test_a_checkpoint_keeps_none_of_its_trainers_machine_settings(tmp_path: Path) -> None:
+    """A run saved with `task.workers=4` (silently ignored then, refused now) still loads, with this machine's."""
+    saved = torch.load(ROOT / "checkpoints/arithmetic_mdm.pt", weights_only=False)
+    saved["config"]["task"].update(workers=4, cache_dir="/trainers/cache")
+    torch.save(saved, tmp_path / "model.pt")
+    task = TrainedModel(tmp_path / "model.pt").task
+    assert task.workers == 1 and task.cache_dir == os.environ["MDMKIT_CACHE_DIR"]

@@ -15,7 +15,7 @@ from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.indicator import FORMAT as INDICATOR_FORMAT
 from mdmkit.models import MaskedTransformer
-from mdmkit.tasks.base import PuzzleTask, default_cache_dir
+from mdmkit.tasks.base import PuzzleTask
 
 EMA_PREFIX = "ema.shadow."
 MACHINE_TASK_FIELDS = ("cache_dir", "workers")  # where and how fast data are made, not what the network is
@@ -140,8 +140,8 @@ class TrainedModel:
         else:
             raise CheckpointError(f"{self.path}: not an mdmkit checkpoint (no run config inside)")
         self.weights = weights
-        # the data cache is a property of this machine, not of the model: never reuse the trainer's path
-        task = {**self.config["task"], "cache_dir": default_cache_dir()}
+        # where and how fast data are made belong to this machine, not to the model: never reuse the trainer's
+        task = {key: value for key, value in self.config["task"].items() if key not in MACHINE_TASK_FIELDS}
         self.task = build_task({**self.config, "task": task})
 
     def task_for(self, given: dict[str, Any], explicit: Collection[str] | None = None) -> tuple[PuzzleTask, list[str]]:
