@@ -428,7 +428,7 @@ def test_indicator_training_resumes_exactly(tiny_base: Path, tmp_path: Path) -> 
     from mdmkit.io.checkpoint import TrainedModel
 
     for indicator in (midway, tmp_path / "straight" / "indicator.pt"):  # given as ckpt=: one line, not the model's
-        with pytest.raises(CheckpointError, match="is an NI indicator, not a model: pass it as sampler.indicator="):
+        with pytest.raises(CheckpointError, match=r"is an NI indicator, not a model \(an indicator is given as"):
             TrainedModel(indicator)
 
 

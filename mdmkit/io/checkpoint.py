@@ -129,8 +129,8 @@ class TrainedModel:
         raw = _read(self.path)
         run_config = (raw.get("hyper_parameters") or {}).get("config") or {}
         if raw.get("format") == INDICATOR_FORMAT or run_config.get("indicator") is not None:
-            raise CheckpointError(f"{self.path} is an NI indicator, not a model: pass it as sampler.indicator= "
-                                  "beside ckpt= its base model (sampler=ni)")
+            raise CheckpointError(f"{self.path} is an NI indicator, not a model (an indicator is given as "
+                                  "sampler.indicator=, beside its base model)")
         if raw.get("format") == "mdmkit-slim-v1":
             self.config, weights = raw["config"], raw["network"]
         elif "hyper_parameters" in raw and "config" in raw["hyper_parameters"]:
