@@ -276,6 +276,23 @@ def test_the_three_benchmarks_run_through_lm_eval_with_mdmkits_task_configs(mask
     assert results["n-shot"] == {"mdmkit_gsm8k": 8, "mdmkit_humaneval": 0, "mdmkit_mbpp": 4}
 
 
+@needs_data
+def test_predict_only_loads_the_code_tasks_without_the_sandboxs_opt_in(monkeypatch):
+    """Nothing is scored then (lm-eval bypasses the metrics), so nothing runs: the opt-in is not asked for."""
+    from mdmkit.evaluation.lm_eval_nfe import with_nfe
+    from mdmkit.lm_eval_tasks import utils
+    from mdmkit.sandbox import ENV_VAR, UnsafeExecutionError
+
+    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    utils.task.cache_clear()
+    manager = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
+    load = with_nfe(lambda **kwargs: {"tasks": manager.load(["mdmkit_humaneval"])["tasks"]})
+    assert "mdmkit_humaneval" in load(predict_only=True)["tasks"]
+    with pytest.raises(UnsafeExecutionError, match=ENV_VAR):
+        load(predict_only=False)
+
+
 @pytest.mark.parametrize("name", ["gsm8k", "humaneval", "mbpp"])
 def test_mdmkits_task_configs_state_the_tasks_own_defaults(name: str) -> None:
     """lm-eval reads the YAML, evaluate.py the task: the stops, answer length and shots must be the same."""

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
+
+from mdmkit.lm_eval_tasks import predictions_only
 
 
 class Generation(str):
@@ -84,11 +87,13 @@ def attach_nfe(results: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def with_nfe(simple_evaluate: Callable[..., Any]) -> Callable[..., Any]:
-    """`simple_evaluate` whose returned samples carry their NFE (`attach_nfe`); the other ranks' None stays."""
+    """`simple_evaluate` whose returned samples carry their NFE (`attach_nfe`); the other ranks' None stays. With
+    `predict_only` (nothing is scored) mdmkit's code tasks load without the code sandbox's opt-in."""
 
     @functools.wraps(simple_evaluate)
     def evaluate(*args: Any, **kwargs: Any) -> Any:
-        return attach_nfe(simple_evaluate(*args, **kwargs))
+        with predictions_only() if kwargs.get("predict_only") else nullcontext():
+            return attach_nfe(simple_evaluate(*args, **kwargs))
 
     evaluate.mdmkit_nfe = True  # type: ignore[attr-defined]  (wrapped once, however often the CLI starts)
     return evaluate
