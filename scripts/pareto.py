@@ -115,10 +115,10 @@ def run(args: argparse.Namespace, command: str) -> str:
         tasks = sorted({str(r.get("task")) for r in rows})
         where = f" and checkpoint {args.checkpoint}" if args.checkpoint else ""
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
+    if args.tag:
+        selected = tag_families(selected, args.tag)
     recorded = pareto.recorded_with(selected, args.metric)  # what the page's .jsonl keeps
     selected = pareto.on_axes(selected, args.metric, args.cost)  # every later step reads accuracy and nfe_mean
-    if args.tag:
-        selected, recorded = tag_families(selected, args.tag), tag_families(recorded, args.tag)
     found = pareto.checkpoints(selected)
     if len(found) > 1 and not args.tag:
         raise ValueError(f"rows of task {args.task} come from {len(found)} checkpoints ({', '.join(found)}): "

@@ -133,8 +133,8 @@ class TrainedModel:
                                   "sampler.indicator=, beside its base model)")
         if raw.get("format") == "mdmkit-slim-v1":
             self.config, weights = raw["config"], raw["network"]
-        elif "hyper_parameters" in raw and "config" in raw["hyper_parameters"]:
-            self.config = raw["hyper_parameters"]["config"]
+        elif run_config:
+            self.config = run_config
             state = raw["state_dict"]
             weights = {k[len(EMA_PREFIX) :].replace("__", "."): v for k, v in state.items() if k.startswith(EMA_PREFIX)}
         else:
