@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -24,7 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from mdmkit.analysis.pages import Page, markdown_table
+from mdmkit.analysis.pages import Page, command_line, markdown_table
 from mdmkit.analysis.pareto import row_label
 from mdmkit.io.results import read_records
 
@@ -58,9 +59,11 @@ def run_legs(run_dir: Path) -> list[Path]:
 def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
     """`leg`'s model.pt as its newest `kind: train` record says (steps, test), with the minutes of every call
     that trained it (a leg resumed by a second call records twice) and how its first call `started`. Matched by
-    the path's tail from the run's name on: a leg trained on another machine recorded its path there."""
+    the path's tail from the run's name on: a leg trained on another machine recorded its path there. A record
+    read from two files (the results file and the leg's own) is one call."""
     tail = (run_dir.resolve().name, *leg.resolve().relative_to(run_dir.resolve()).parts, "model.pt")
     matching = [r for r in records if r.get("kind") == "train" and Path(r["checkpoint"]).parts[-len(tail):] == tail]
+    matching = list({json.dumps(r, sort_keys=True): r for r in matching}.values())
     if not matching:
         return None
     return {**matching[-1], "train_time_s": sum(r["train_time_s"] for r in matching), "calls": len(matching),
@@ -132,7 +135,7 @@ def main() -> None:
     parser.add_argument("--command", required=True, help="the command that produced the run")
     parser.add_argument("--results-file", type=Path, default=Path("results/evaluations.jsonl"))
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
-    parser.add_argument("--notes", default="", help="extra markdown appended to the page")
+    parser.add_argument("--notes", type=Path, help="markdown file appended to the page (analysis, the legs' story)")
     args = parser.parse_args()
     if not args.run_dir.is_dir():
         raise SystemExit(f"training_report.py: error: no run directory {args.run_dir}")
@@ -203,8 +206,9 @@ def main() -> None:
         *leg_table(legs),
         f"![training curve]({page.name('.png')})", "",
         f"Numbers: [`{numbers}`]({numbers}). Evaluate the committed checkpoint again with",
-        f"`python evaluate.py ckpt=checkpoints/{args.name}.pt`.",
-        args.notes,
+        f"`python evaluate.py ckpt=checkpoints/{args.name}.pt`.", "",
+        *([args.notes.read_text().strip(), ""] if args.notes else []),
+        "## Page", "", "```", command_line(__file__, sys.argv[1:]), "```",
     ]
     written = page.write(figure=figure(series, args.name, leg_starts), data=summary, markdown=markdown)
     print("wrote " + ", ".join(map(str, written)))

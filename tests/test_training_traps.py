@@ -25,10 +25,14 @@ def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypa
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["training_report.py", "run", "--name", "tiny", "--command", "train.py",
-                                      "--results-file", "results.jsonl", "--out", "pages"])
+    (tmp_path / "notes.md").write_text("**What the curve shows.**\n")
+    argv = ["run", "--name", "tiny", "--command", "train.py", "--results-file", "results.jsonl", "--out", "pages",
+            "--notes", "notes.md"]
+    monkeypatch.setattr(sys, "argv", ["training_report.py", *argv])
     report.main()  # was: SystemExit("no train record for run/model.pt ...")
-    assert (tmp_path / "pages/tiny.md").is_file()
+    page = (tmp_path / "pages/tiny.md").read_text()
+    assert "**What the curve shows.**" in page  # the notes file's text, not its name
+    assert "python scripts/training_report.py run --name tiny" in page  # the command that redraws the page
 
 
 def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,8 +49,10 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
     spec = importlib.util.spec_from_file_location("training_report", ROOT / "scripts/training_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
+    # the first leg's record also in the results file (as after `cat run/results.jsonl >> report.jsonl`): one call
+    (tmp_path / "report.jsonl").write_text((run / "results.jsonl").read_text())
     monkeypatch.setattr(sys, "argv", ["training_report.py", str(run), "--name", "chained", "--command", "legs",
-                                      "--results-file", str(tmp_path / "none.jsonl"), "--out", str(tmp_path)])
+                                      "--results-file", str(tmp_path / "report.jsonl"), "--out", str(tmp_path)])
     report.main()
     data = json.loads((tmp_path / "chained.json").read_text())
     assert data["steps"] == 2 + 6 and [leg["steps"] for leg in data["legs"]] == [2, 6]
