@@ -26,7 +26,7 @@ rm -rf "$WORK"; mkdir -p "$DEST"
 accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu
 # shellcheck disable=SC2086
 "$PYTHON" scripts/ni_pipeline.py --experiment "${NAME}_indicator" "${BASE[@]}" --out "$WORK" --device "$DEVICE" \
-    --batch-size 1000 --taus 0.9 0.95 0.99 $NI_ARGS -- "trainer.accelerator=$accelerator" logger=csv \
+    --batch-size 1000 --taus 0.9 0.95 0.99 0.995 0.999 $NI_ARGS -- "trainer.accelerator=$accelerator" logger=csv \
     trainer.enable_progress_bar=false $EXTRA 2>&1 | tee "$DEST/ni.log"
 status=${PIPESTATUS[0]}
 for file in indicator.pt results.jsonl summary.json pareto.png; do
