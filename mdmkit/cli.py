@@ -208,8 +208,28 @@ def _train(cfg: DictConfig) -> None:
         run(cfg, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)
 
 
+def _check_task_named(argv: list[str]) -> None:
+    """`task.FIELD=...` needs `task=NAME` beside it: evaluate.py has no task until one is named (the checkpoint's
+    own otherwise), and Hydra's own refusal suggests `+task.FIELD`, which builds no task at all."""
+    candidates = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(candidates)
+    except Exception:  # noqa: BLE001 -- malformed overrides: Hydra says what is wrong with them
+        return
+    keys = [o.key_or_group for o in overrides]
+    fields = [o.input_line for o in overrides if o.key_or_group.startswith("task.")]
+    if fields and "task" not in keys:
+        raise ConfigError(f"{fields[0]} changes a task, but no task=NAME is given: name the checkpoint's task first, "
+                          f"e.g. task=sudoku {fields[0].lstrip('+')} (fields not named keep their trained values)")
+
+
 def evaluate() -> None:
     """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
+    try:
+        _check_task_named(sys.argv[1:])
+    except MdmkitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     _evaluate()
     _exit_if_jobs_failed()
 

@@ -221,6 +221,17 @@ def test_task_option_keeps_the_checkpoints_settings_unless_set_by_name(maze_cell
     assert read_records(results)[-1]["key"] == own["key"]
 
 
+def test_a_task_field_without_task_names_the_task_to_give(tmp_path: Path) -> None:
+    """`evaluate.py ckpt=... task.n_givens=30`: Hydra alone refused with `Key 'task' is not in struct` and suggested
+    `+task.n_givens=30`, which builds no task."""
+    for field in ("task.n_givens=[24,26]", "+task.n_givens=30"):
+        out = run_cli("evaluate.py", "ckpt=missing.pt", field, cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert "no task=NAME is given" in lines[0] and f"task=sudoku {field.lstrip('+')} " in lines[0]
+    assert not (tmp_path / "outputs").exists()  # refused before Hydra made a run directory
+
+
 @pytest.mark.parametrize("script, present, absent", [
     ("evaluate.py", ["evaluate.py: sample the test split", "ckpt=PATH", "sampler=topk", "sweep=null", "topk, window",
                      "python evaluate.py ckpt=checkpoints/sudoku_mdm.pt limit=100"],
