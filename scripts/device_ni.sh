@@ -5,10 +5,10 @@
 # hours on 2 CPU cores, minutes on a GPU. Run on the machine that just trained NAME, still warm: its model is
 # runs/trained/<NAME>.pt (scripts/device_paper.sh) and its training split is cached in runs/cache/.
 #   device run: scripts/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
-# Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log. NI_ARGS (ni_pipeline.py
-# options, e.g. "--limit 200") and EXTRA (overrides of the indicator's training) make a small dry run on a CPU
-# with DEVICE=cpu. On a machine that trained no leg of NAME (a bare one) the script stops at once; ANY_MODEL=1
-# runs it on the experiment's own base model instead (checkpoints/<NAME>.pt: the committed one).
+# Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log and the indicator's
+# metrics.csv. NI_ARGS (ni_pipeline.py options, e.g. "--limit 200") and EXTRA (overrides of the indicator's
+# training) make a small dry run on a CPU with DEVICE=cpu. On a machine that trained no leg of NAME (a bare one)
+# the script stops at once; ANY_MODEL=1 runs it on the experiment's own base model (checkpoints/<NAME>.pt).
 set -uo pipefail
 [ $# -eq 1 ] || { sed -n 2,11p "$0"; exit 2; }
 NAME=$1
@@ -29,7 +29,7 @@ accelerator=cpu; [ "$DEVICE" = cuda ] && accelerator=gpu
     --batch-size 1000 --taus 0.9 0.95 0.99 0.995 0.999 $NI_ARGS -- "trainer.accelerator=$accelerator" logger=csv \
     trainer.enable_progress_bar=false $EXTRA 2>&1 | tee "$DEST/ni.log"
 status=${PIPESTATUS[0]}
-for file in indicator.pt results.jsonl summary.json pareto.png; do
-    [ -f "$WORK/$file" ] && cp "$WORK/$file" "$DEST/"
+for file in indicator.pt results.jsonl summary.json pareto.png csv/version_0/metrics.csv; do
+    [ -f "$WORK/$file" ] && cp "$WORK/$file" "$DEST/"  # metrics.csv: the indicator's validation precision/recall
 done
 exit "$status"

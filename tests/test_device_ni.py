@@ -33,7 +33,9 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained
                           timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     back = out / "ni_sudoku"
-    assert {p.name for p in back.iterdir()} == {"indicator.pt", "results.jsonl", "summary.json", "pareto.png", "ni.log"}
+    assert {p.name for p in back.iterdir()} == {"indicator.pt", "results.jsonl", "summary.json", "pareto.png", "ni.log",
+                                                "metrics.csv"}
+    assert "val/" in (back / "metrics.csv").read_text().splitlines()[0]  # the indicator's validation metrics
     assert f"base: {trained / 'sudoku.pt'}" in (back / "ni.log").read_text()
     families = {row["family"] for row in json.loads((back / "summary.json").read_text())["rows"]}
     assert families == {"topk-confidence", "oracle", "threshold-confidence", "ni-topk-confidence"}
