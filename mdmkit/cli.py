@@ -155,6 +155,15 @@ class FailedJobs(Callback):
             _failed_jobs.append(f"job {note['num']}{f' ({label})' if label else ''}: {note['error']}")
 
 
+def _before_hydra(check: Callable[[list[str]], Any]) -> Any:
+    """`check(argv)` before Hydra composes anything: a refusal is one line and status 2, and no run directory."""
+    try:
+        return check(sys.argv[1:])
+    except MdmkitError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _exit_if_jobs_failed() -> None:
     if _failed_jobs:
         print(f"error: {len(_failed_jobs)} job(s) of the sweep failed (the others' rows are saved):\n  "
@@ -166,11 +175,7 @@ def train() -> None:
     """`train.py [key=value ...]`. With `ckpt_path=<run directory or a checkpoint in its checkpoints/>` the run
     goes on in its directory with its saved config, the overrides given now on top (see training/resume.py)."""
     global _resume
-    try:
-        _resume = plan_resume(sys.argv[1:])
-    except MdmkitError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    _resume = _before_hydra(plan_resume)
     if _resume is not None:
         sys.argv[1:] = _resume.argv
     _train()
@@ -225,11 +230,7 @@ def _check_task_named(argv: list[str]) -> None:
 
 def evaluate() -> None:
     """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
-    try:
-        _check_task_named(sys.argv[1:])
-    except MdmkitError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    _before_hydra(_check_task_named)
     _evaluate()
     _exit_if_jobs_failed()
 

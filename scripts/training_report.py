@@ -59,11 +59,9 @@ def run_legs(run_dir: Path) -> list[Path]:
 def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
     """`leg`'s model.pt as its newest `kind: train` record says (steps, test), with the minutes of every call
     that trained it (a leg resumed by a second call records twice) and how its first call `started`. Matched by
-    the path's tail from the run's name on: a leg trained on another machine recorded its path there. A record
-    read from two files (the results file and the leg's own) is one call."""
+    the path's tail from the run's name on: a leg trained on another machine recorded its path there."""
     tail = (run_dir.resolve().name, *leg.resolve().relative_to(run_dir.resolve()).parts, "model.pt")
     matching = [r for r in records if r.get("kind") == "train" and Path(r["checkpoint"]).parts[-len(tail):] == tail]
-    matching = list({json.dumps(r, sort_keys=True): r for r in matching}.values())
     if not matching:
         return None
     return {**matching[-1], "train_time_s": sum(r["train_time_s"] for r in matching), "calls": len(matching),
@@ -145,6 +143,7 @@ def main() -> None:
     for leg in leg_dirs:  # scripts/device_train.sh: each leg's records in its own directory
         if (leg / "results.jsonl").resolve() != args.results_file.resolve():
             records += read_records(leg / "results.jsonl")  # nothing where the file is absent
+    records = list({json.dumps(r, sort_keys=True): r for r in records}.values())  # one copy of a record in two files
     legs = [(leg, train_record(records, leg, args.run_dir)) for leg in leg_dirs]
     missing = [str(leg / "model.pt") for leg, found in legs if found is None]
     if missing:
