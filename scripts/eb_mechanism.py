@@ -22,57 +22,18 @@ import torch
 from tqdm import tqdm
 
 from mdmkit.analysis.pages import command_line, positive_int, run_script, stamp
+from mdmkit.analysis.reveals import Forward, TracingCounter, first_wrong_reveals
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.samplers import EBSampler, ForwardCounter
-from mdmkit.samplers.ordering import entropy
+from mdmkit.samplers import EBSampler
 
 LEVELS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # entropy bins (nats): below each level
 
 
-class TracingCounter(ForwardCounter):
-    """A forward counter that keeps, per forward, the rows it ran on, their input and their entropies."""
-
-    def __init__(self, network: Any, batch_size: int, mask_id: int) -> None:
-        super().__init__(network, batch_size)
-        self.mask_id = mask_id
-        self.trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-
-    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        logits = super().__call__(tokens, rows, **kwargs)
-        scores = logits.float().index_fill(-1, torch.tensor([self.mask_id]), float("-inf"))  # as the sampler reads them
-        self.trace.append((rows.cpu(), tokens.cpu(), entropy(scores.softmax(-1)).cpu()))
-        return logits
-
-
-def step_zero_levels(trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], mask_id: int) -> torch.Tensor:
+def step_zero_levels(trace: list[Forward], mask_id: int) -> torch.Tensor:
     """Per row of the first forward: masked cells with entropy below each of `LEVELS` [rows, len(LEVELS)]."""
-    _, tokens, entropies = trace[0]
-    masked = tokens == mask_id
-    return torch.stack([((entropies < level) & masked).sum(1) for level in LEVELS], dim=1)
-
-
-def first_wrong_reveals(trace: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], final: torch.Tensor,
-                        target: torch.Tensor, mask_id: int) -> list[dict[str, Any]]:
-    """For each row with a wrong cell: the step of its first wrong reveal, the size of that step's set, how many
-    of it are wrong, and whether the set's highest-entropy (free) token is wrong."""
-    per_row: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-    for rows, tokens, entropies in trace:
-        for j, row in enumerate(rows.tolist()):
-            per_row.setdefault(row, []).append((tokens[j], entropies[j]))
-    found = []
-    for row, steps in per_row.items():
-        states = [tokens for tokens, _ in steps] + [final[row]]
-        for step, (tokens, entropies) in enumerate(steps):
-            revealed = (tokens == mask_id) & (states[step + 1] != mask_id)
-            wrong = revealed & (states[step + 1] != target[row])
-            if wrong.any():
-                free = torch.where(revealed, entropies, float("-inf")).argmax()
-                found.append({"row": row, "step": step, "revealed": int(revealed.sum()), "wrong": int(wrong.sum()),
-                              "free_is_wrong": bool(wrong[free]),
-                              "only_free_wrong": bool(wrong[free]) and int(wrong.sum()) == 1,
-                              "free_entropy": float(entropies[free])})
-                break
-    return found
+    first = trace[0]
+    masked = first.tokens == mask_id
+    return torch.stack([((first.entropies < level) & masked).sum(1) for level in LEVELS], dim=1)
 
 
 def trace_eb(trained: TrainedModel, gamma: float, limit: int, batch_size: int) -> dict[str, Any]:
@@ -97,12 +58,13 @@ def trace_eb(trained: TrainedModel, gamma: float, limit: int, batch_size: int) -
         "step0_cells_below": {f"{level:g}": float(counts[:, i].mean()) for i, level in enumerate(LEVELS)},
         "step0_masked_cells": float(((test.answer_mask).sum(1)).float().mean()),
         "examples_with_a_wrong_cell": n_wrong,
-        "first_wrong_step_mean": sum(r["step"] for r in wrong_rows) / max(1, n_wrong),
-        "first_wrong_set_size_mean": sum(r["revealed"] for r in wrong_rows) / max(1, n_wrong),
-        "free_token_wrong_share": sum(r["free_is_wrong"] for r in wrong_rows) / max(1, n_wrong),
-        "only_free_token_wrong_share": sum(r["only_free_wrong"] for r in wrong_rows) / max(1, n_wrong),
-        "first_wrong_step0_share": sum(r["step"] == 0 for r in wrong_rows) / max(1, n_wrong),
-        "first_wrong_free_entropy_mean": sum(r["free_entropy"] for r in wrong_rows) / max(1, n_wrong),
+        "first_wrong_step_mean": sum(r.step for r in wrong_rows) / max(1, n_wrong),
+        "first_wrong_set_size_mean": sum(int(r.revealed.sum()) for r in wrong_rows) / max(1, n_wrong),
+        "free_token_wrong_share": sum(r.free_is_wrong for r in wrong_rows) / max(1, n_wrong),
+        "only_free_token_wrong_share": sum(r.free_is_wrong and int(r.wrong.sum()) == 1
+                                           for r in wrong_rows) / max(1, n_wrong),
+        "first_wrong_step0_share": sum(r.step == 0 for r in wrong_rows) / max(1, n_wrong),
+        "first_wrong_free_entropy_mean": sum(r.free_entropy for r in wrong_rows) / max(1, n_wrong),
     }
 
 

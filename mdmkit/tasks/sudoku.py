@@ -30,6 +30,13 @@ def serialize(grids: np.ndarray) -> np.ndarray:
     return tokens
 
 
+def puzzles_and_solutions(tokens: np.ndarray, answer_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of a task's examples: [N, 89] tokens and answer masks -> [N, 81] puzzles (0 = blank) and
+    solutions (digits 1..9)."""
+    solutions = np.asarray(tokens)[:, _CELL_POSITIONS] + 1
+    return np.where(np.asarray(answer_mask)[:, _CELL_POSITIONS], 0, solutions), solutions
+
+
 @dataclass
 class SudokuTask(PuzzleTask):
     """9x9 puzzles with a unique solution and `n_givens` givens (an int, or an inclusive [lo, hi] range)."""
@@ -68,8 +75,7 @@ class SudokuTask(PuzzleTask):
 
     def pack(self, examples: Examples) -> dict[str, np.ndarray]:
         """Cached as ~27 bytes a puzzle (sudoku_codec): 400k paper-scale puzzles in ~9 MB instead of ~29."""
-        solutions = examples.tokens[:, _CELL_POSITIONS] + 1
-        return pack_puzzles(np.where(examples.answer_mask[:, _CELL_POSITIONS], 0, solutions), solutions)
+        return pack_puzzles(*puzzles_and_solutions(examples.tokens, examples.answer_mask))
 
     def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
         if set(arrays) != {"codes", "givens"}:

@@ -58,7 +58,7 @@ def _cells(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
     return cells.reshape(81).astype(np.int64)
 
 
-def _puzzle_cells(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
+def puzzle_cells(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
     """Like `_cells`, and every value a blank (0) or a digit, so the solver never sees garbage."""
     cells = _cells(puzzle, "puzzle")
     if cells.min() < 0 or cells.max() > 9:
@@ -118,7 +118,7 @@ def find_solutions(puzzle: np.ndarray | Sequence[int], limit: int = 2) -> list[n
 
     Stopping at `limit` makes uniqueness checks (limit=2) cheap even for nearly empty puzzles.
     """
-    cells = _puzzle_cells(puzzle)
+    cells = puzzle_cells(puzzle)
     if operator.index(limit) < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     values = cells.tolist()
@@ -143,7 +143,7 @@ def is_valid_solution(grid: np.ndarray | Sequence[int]) -> bool:
 
 def is_consistent(puzzle: np.ndarray | Sequence[int], grid: np.ndarray | Sequence[int]) -> bool:
     """True if `grid` keeps every given of `puzzle` (blanks may hold anything)."""
-    givens = _puzzle_cells(puzzle)
+    givens = puzzle_cells(puzzle)
     cells = _cells(grid, "grid")
     return bool((cells[givens > 0] == givens[givens > 0]).all())
 

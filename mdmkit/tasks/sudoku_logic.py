@@ -1,0 +1,97 @@
+"""How much logic a Sudoku puzzle needs: the simplest deduction rules that solve it, and what they leave.
+
+Givens count only roughly for difficulty. A puzzle that repeated naked singles (a cell with one candidate left)
+solve asks a model to propagate constraints; one that also needs hidden singles (a digit with one place left in a
+row, column or box) asks it to reason over a unit; one that singles cannot finish needs pairs, chains or a guess.
+Grading the test split this way tells whether a model's failures are the puzzles that need more than singles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mdmkit.tasks.sudoku_generator import UNITS_OF, puzzle_cells
+
+_ALL = 0x1FF
+_UNITS = tuple(tuple(i for i in range(81) if unit in UNITS_OF[i]) for unit in range(27))
+_PEERS = tuple(tuple(sorted({j for unit in UNITS_OF[i] for j in _UNITS[unit]} - {i})) for i in range(81))
+
+NAKED = "naked singles"
+HIDDEN = "hidden singles"
+BEYOND = "beyond singles"
+GRADES = (NAKED, HIDDEN, BEYOND)
+
+
+@dataclass(frozen=True)
+class LogicGrade:
+    """`grade`: the simplest rule set in GRADES that solves the puzzle. `left_by_naked` / `left_by_singles`:
+    blank cells still undecided after naked singles alone / after naked and hidden singles together."""
+
+    grade: str
+    blanks: int
+    left_by_naked: int
+    left_by_singles: int
+
+
+def grade_puzzle(puzzle: np.ndarray | Sequence[int]) -> LogicGrade:
+    """Grade one puzzle (81 ints, 0 = blank). A ValueError for a malformed one or one whose givens clash."""
+    values = puzzle_cells(puzzle).tolist()
+    cand = [_ALL] * 81
+    for cell, value in enumerate(values):
+        if value and not _place(cand, cell, 1 << (value - 1)):
+            raise ValueError(f"sudoku puzzle givens contradict each other (cell {cell}, digit {value})")
+    if not _naked_singles(cand):
+        raise ValueError("sudoku puzzle has no solution: naked singles reach a contradiction")
+    left_by_naked = _undecided(cand)
+    while _hidden_single(cand):
+        if not _naked_singles(cand):
+            raise ValueError("sudoku puzzle has no solution: singles reach a contradiction")
+    left_by_singles = _undecided(cand)
+    grade = NAKED if left_by_naked == 0 else HIDDEN if left_by_singles == 0 else BEYOND
+    return LogicGrade(grade, values.count(0), left_by_naked, left_by_singles)
+
+
+def _place(cand: list[int], cell: int, bit: int) -> bool:
+    """Set `cell` to the digit `bit` and strike it from the cell's peers; False if that empties a peer."""
+    if not cand[cell] & bit:
+        return False
+    cand[cell] = bit
+    for peer in _PEERS[cell]:
+        if cand[peer] & bit:
+            cand[peer] &= ~bit
+            if not cand[peer]:
+                return False
+    return True
+
+
+def _naked_singles(cand: list[int]) -> bool:
+    """Strike every decided cell's digit from its peers until nothing changes; False on a contradiction."""
+    changed = True
+    while changed:
+        changed = False
+        for cell in range(81):
+            bit = cand[cell]
+            if bit & (bit - 1) == 0 and any(cand[peer] & bit for peer in _PEERS[cell]):
+                if not _place(cand, cell, bit):
+                    return False
+                changed = True
+    return True
+
+
+def _hidden_single(cand: list[int]) -> bool:
+    """Place one digit that has a single possible cell in some unit; False when there is none."""
+    for unit in _UNITS:
+        for k in range(9):
+            bit = 1 << k
+            places = [cell for cell in unit if cand[cell] & bit]
+            if len(places) == 1 and cand[places[0]] != bit:
+                cand[places[0]] = bit
+                return True
+    return False
+
+
+def _undecided(cand: list[int]) -> int:
+    return sum(1 for mask in cand if mask & (mask - 1))
