@@ -26,7 +26,7 @@ from mdmkit.io.results import read_records
 from mdmkit.tasks.arithmetic import ArithmeticTask
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.maze import MazeTask
-from mdmkit.tasks.sudoku import _CELL_POSITIONS, SudokuTask
+from mdmkit.tasks.sudoku import CELL_POSITIONS, SudokuTask
 
 SUDOKU_CKPT = ROOT / "checkpoints" / "sudoku_mdm.pt"
 # Measured before evaluation made the test split alone (which generated all 102,000 puzzles first): the row key of
@@ -134,7 +134,7 @@ def test_a_malformed_test_file_fails_before_anything_is_generated(tmp_path: Path
 def test_a_test_file_of_cached_training_puzzles_is_refused(tmp_path: Path) -> None:
     task = SudokuTask(n_train=300, n_val=40, n_test=40, workers=1, cache_dir=str(tmp_path))
     train = task.load_splits()["train"]
-    digits = np.where(train.answer_mask[0].numpy(), -1, train.tokens[0].numpy())[_CELL_POSITIONS] + 1
+    digits = np.where(train.answer_mask[0].numpy(), -1, train.tokens[0].numpy())[CELL_POSITIONS] + 1
     (tmp_path / "leak.txt").write_text("".join(map(str, digits)) + "\n")
     leaky = SudokuTask(n_train=300, n_val=40, n_test=40, workers=1, cache_dir=str(tmp_path),
                        test_file=str(tmp_path / "leak.txt"))

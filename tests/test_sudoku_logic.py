@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
-from mdmkit.tasks.sudoku_logic import BEYOND, HIDDEN, NAKED, grade_puzzle
+from mdmkit.tasks.sudoku_logic import BEYOND, HIDDEN, NAKED, grade_puzzle, singles_closure
 
 
 def cells(text: str) -> np.ndarray:
@@ -78,6 +78,10 @@ def test_grades_match_the_slow_rules_on_generated_puzzles() -> None:
         assert grade.left_by_singles == np.count_nonzero(singles == 0)
         filled = singles != 0
         assert (singles[filled] == solution[filled]).all()  # the rules only ever write the solution's digits
+        closure = singles_closure(puzzle)
+        assert (closure == singles).all()
+        stuck = grade_puzzle(closure)
+        assert stuck.blanks == grade.left_by_singles == stuck.left_by_naked == stuck.left_by_singles
         seen.add(grade.grade)
     assert seen == {NAKED, HIDDEN, BEYOND}  # the split at 22-36 givens holds all three
 

@@ -19,22 +19,22 @@ from mdmkit.tasks.sudoku_generator import FEWEST_GENERATED_GIVENS, find_solution
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
-_CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
-_CELL_INDEX = torch.from_numpy(_CELL_POSITIONS)  # the same, to index tensors
+CELL_POSITIONS = np.array([row * 10 + col for row in range(9) for col in range(9)])  # cell -> sequence index
+_CELL_INDEX = torch.from_numpy(CELL_POSITIONS)  # the same, to index tensors
 
 
 def serialize(grids: np.ndarray) -> np.ndarray:
     """[N, 81] digits 1..9 -> [N, 89] token ids with an EOL after each of the first 8 rows."""
     tokens = np.full((grids.shape[0], 89), EOL, dtype=np.int64)
-    tokens[:, _CELL_POSITIONS] = grids.astype(np.int64) - 1
+    tokens[:, CELL_POSITIONS] = grids.astype(np.int64) - 1
     return tokens
 
 
 def puzzles_and_solutions(tokens: np.ndarray, answer_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The inverse of a task's examples: [N, 89] tokens and answer masks -> [N, 81] puzzles (0 = blank) and
     solutions (digits 1..9)."""
-    solutions = np.asarray(tokens)[:, _CELL_POSITIONS] + 1
-    return np.where(np.asarray(answer_mask)[:, _CELL_POSITIONS], 0, solutions), solutions
+    solutions = np.asarray(tokens)[:, CELL_POSITIONS] + 1
+    return np.where(np.asarray(answer_mask)[:, CELL_POSITIONS], 0, solutions), solutions
 
 
 @dataclass
@@ -69,7 +69,7 @@ class SudokuTask(PuzzleTask):
 
     def _examples(self, puzzles: np.ndarray, solutions: np.ndarray) -> Examples:
         answer_mask = np.zeros((len(puzzles), 89), dtype=bool)
-        answer_mask[:, _CELL_POSITIONS] = puzzles == 0
+        answer_mask[:, CELL_POSITIONS] = puzzles == 0
         keys = np.array([digest(p.astype(np.int8).tobytes()) for p in puzzles], dtype="S20")
         return Examples(serialize(solutions), answer_mask, keys)
 

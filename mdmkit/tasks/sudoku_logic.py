@@ -39,19 +39,38 @@ class LogicGrade:
 def grade_puzzle(puzzle: np.ndarray | Sequence[int]) -> LogicGrade:
     """Grade one puzzle (81 ints, 0 = blank). A ValueError for a malformed one or one whose givens clash."""
     values = puzzle_cells(puzzle).tolist()
+    cand = _candidates(values)
+    left_by_naked = _undecided(cand)
+    _hidden_singles(cand)
+    left_by_singles = _undecided(cand)
+    grade = NAKED if left_by_naked == 0 else HIDDEN if left_by_singles == 0 else BEYOND
+    return LogicGrade(grade, values.count(0), left_by_naked, left_by_singles)
+
+
+def singles_closure(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
+    """The puzzle with every cell naked and hidden singles decide filled in (81 ints, 0 = still blank): for a
+    puzzle beyond singles, the grid where a solver that knows only singles gets stuck."""
+    cand = _candidates(puzzle_cells(puzzle).tolist())
+    _hidden_singles(cand)
+    return np.array([0 if mask & (mask - 1) else mask.bit_length() for mask in cand], dtype=np.int64)
+
+
+def _candidates(values: list[int]) -> list[int]:
+    """Candidate masks after placing the givens and playing naked singles to the end."""
     cand = [_ALL] * 81
     for cell, value in enumerate(values):
         if value and not _place(cand, cell, 1 << (value - 1)):
             raise ValueError(f"sudoku puzzle givens contradict each other (cell {cell}, digit {value})")
     if not _naked_singles(cand):
         raise ValueError("sudoku puzzle has no solution: naked singles reach a contradiction")
-    left_by_naked = _undecided(cand)
+    return cand
+
+
+def _hidden_singles(cand: list[int]) -> None:
+    """Play hidden singles (each followed by naked singles) until none is left."""
     while _hidden_single(cand):
         if not _naked_singles(cand):
             raise ValueError("sudoku puzzle has no solution: singles reach a contradiction")
-    left_by_singles = _undecided(cand)
-    grade = NAKED if left_by_naked == 0 else HIDDEN if left_by_singles == 0 else BEYOND
-    return LogicGrade(grade, values.count(0), left_by_naked, left_by_singles)
 
 
 def _place(cand: list[int], cell: int, bit: int) -> bool:
