@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -80,3 +82,18 @@ def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = 300) -> su
         [sys.executable, str(ROOT / script), *overrides],
         cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout,
     )
+
+
+def load_script(name: str) -> ModuleType:
+    """`scripts/NAME.py` as a module, to call its functions (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *args: str, cache_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python scripts/NAME.py args...` as a user would run it, from the checkout, with its own data cache."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "MDMKIT_CACHE_DIR": str(cache_dir)})

@@ -3,33 +3,21 @@ traced to their first wrong grid, and its page."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script, run_script
 
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.tasks.sudoku_logic import GRADES, HIDDEN, NAKED
 
-SCRIPT = ROOT / "scripts" / "sudoku_errors.py"
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("sudoku_errors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = load_script().count_errors(SUDOKU_CKPT, "confidence", limit=40, batch_size=16)
+    result = load_script("sudoku_errors").count_errors(SUDOKU_CKPT, "confidence", limit=40, batch_size=16)
     assert result["n"] == 40
     for field in ("by_givens", "by_logic", "by_left_by_singles"):
         rows = result[field]
@@ -45,7 +33,7 @@ def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: 
 
 def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = load_script().count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
+    result = load_script("sudoku_errors").count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
     assert result["failures"] == round(60 * (1 - result["accuracy"])) > 0  # the CPU model fails ~7%
     found = result["first_wrong"]
     assert 0 < len(found) <= result["failures"]
@@ -58,14 +46,13 @@ def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypat
 
 def test_a_maze_checkpoint_is_refused_in_one_line() -> None:
     with pytest.raises(SystemExit, match="is a maze model"):
-        load_script().count_errors(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", 2, batch_size=2)
+        load_script("sudoku_errors").count_errors(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", 2,
+                                                  batch_size=2)
 
 
 def test_the_page_is_written(tmp_path: Path) -> None:
     out = tmp_path / "page"
-    command = [sys.executable, str(SCRIPT), SUDOKU_CKPT, "--limit", "8", "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MDMKIT_CACHE_DIR": str(tmp_path)})
+    done = run_script("sudoku_errors", SUDOKU_CKPT, "--limit", "8", "--out", str(out), cache_dir=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((tmp_path / "page.json").read_text())
     assert data["models"][0]["n"] == 8 and (tmp_path / "page.png").stat().st_size > 0

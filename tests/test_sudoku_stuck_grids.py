@@ -3,33 +3,21 @@ comparison on the CPU model's puzzles beyond singles, and its page."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_script, run_script
 from fakes import FixedLogits
 
 from mdmkit.tasks.sudoku import serialize
 from mdmkit.tasks.sudoku_generator import generate_puzzles
 
-SCRIPT = ROOT / "scripts" / "sudoku_stuck_grids.py"
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
 MASK = 10  # the Sudoku task's mask id: 9 digits, the end of line, then the mask
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("sudoku_stuck_grids", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_reading_a_grid_is_exact_on_a_toy() -> None:
@@ -42,7 +30,7 @@ def test_reading_a_grid_is_exact_on_a_toy() -> None:
     c = 0.9
     logits = torch.full((89, 11), math.log((1 - c) / 9))
     logits[torch.arange(89), torch.from_numpy(wrong)] = math.log(c)
-    read = load_script()._read(FixedLogits(logits), puzzles, solutions, MASK, batch_size=1)
+    read = load_script("sudoku_stuck_grids")._read(FixedLogits(logits), puzzles, solutions, MASK, batch_size=1)
     assert read["cell_accuracy"] == pytest.approx(1 - 5 / len(cells))
     assert read["entropy_mean"] == pytest.approx(-c * math.log(c) - (1 - c) * math.log((1 - c) / 9), abs=1e-5)
     assert read["surest_cell_accuracy"] in (0.0, 1.0)  # all cells equally sure: one of them, right or wrong
@@ -50,7 +38,7 @@ def test_reading_a_grid_is_exact_on_a_toy() -> None:
 
 def test_closures_against_random_draws_on_the_cpu_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = load_script().compare(SUDOKU_CKPT, limit=60, seed=0, batch_size=16)
+    result = load_script("sudoku_stuck_grids").compare(SUDOKU_CKPT, limit=60, seed=0, batch_size=16)
     assert result["n"] == 60 and 0 < result["beyond_singles"] < 60
     for kind in ("singles_closure", "random_draw"):
         read = result[kind]
@@ -61,14 +49,12 @@ def test_closures_against_random_draws_on_the_cpu_model(tmp_path: Path, monkeypa
 
 def test_a_maze_checkpoint_is_refused_in_one_line() -> None:
     with pytest.raises(SystemExit, match="is a maze model"):
-        load_script().compare(str(ROOT / "checkpoints" / "maze_mdm.pt"), 2, 0, batch_size=2)
+        load_script("sudoku_stuck_grids").compare(str(ROOT / "checkpoints" / "maze_mdm.pt"), 2, 0, batch_size=2)
 
 
 def test_the_page_is_written(tmp_path: Path) -> None:
     out = tmp_path / "page"
-    command = [sys.executable, str(SCRIPT), SUDOKU_CKPT, "--limit", "40", "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MDMKIT_CACHE_DIR": str(tmp_path)})
+    done = run_script("sudoku_stuck_grids", SUDOKU_CKPT, "--limit", "40", "--out", str(out), cache_dir=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((tmp_path / "page.json").read_text())
     page = (tmp_path / "page.md").read_text()

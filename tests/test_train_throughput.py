@@ -3,14 +3,13 @@ network, and the throughput bench (scripts/bench_train_step.py) that measures th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_config
+from conftest import TINY, compose_config, load_script
 from torch import nn
 
 from mdmkit.core.config import to_container
@@ -70,9 +69,7 @@ def test_step_rate_counts_the_steps_it_timed() -> None:
 
 
 def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_train_step", ROOT / "scripts/bench_train_step.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_train_step")
     out = tmp_path / "page"
     bench.main([*TINY, "--device", "cpu", "--batch-sizes", "2", "4", "--compile", "off", "--seconds", "0.05",
                 "--out", str(out)])
@@ -86,9 +83,7 @@ def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
 
 def test_a_setting_that_fails_is_recorded_and_the_others_still_run(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = importlib.util.spec_from_file_location("bench_train_step", ROOT / "scripts/bench_train_step.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_train_step")
     timed = bench.time_training_steps
 
     def compiled_runs_out_of_memory(config: dict, *args: object, **kwargs: object) -> object:

@@ -3,13 +3,12 @@ Lightning to import, promotional lines on every job."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY, compose_config, run_cli
+from conftest import TINY, compose_config, load_script, run_cli
 
 from mdmkit.core.errors import ConfigError
 from mdmkit.training.train import run_training
@@ -21,9 +20,7 @@ def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypa
     cfg = compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.log_every_n_steps=1", "eval_limit=4",
                                    f"results_file={tmp_path}/results.jsonl"])
     run_training(cfg, tmp_path / "run")
-    spec = importlib.util.spec_from_file_location("training_report", ROOT / "scripts/training_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("training_report")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.md").write_text("**What the curve shows.**\n")
     argv = ["run", "--name", "tiny", "--command", "train.py", "--results-file", "results.jsonl", "--out", "pages",
@@ -46,9 +43,7 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
         run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.val_check_interval=2",
                                               "trainer.log_every_n_steps=1", "eval_limit=4",
                                               f"results_file={leg}/results.jsonl", *extra]), leg)
-    spec = importlib.util.spec_from_file_location("training_report", ROOT / "scripts/training_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("training_report")
     # the first leg's record also in the results file (as after `cat run/results.jsonl >> report.jsonl`): one call
     (tmp_path / "report.jsonl").write_text((run / "results.jsonl").read_text())
     monkeypatch.setattr(sys, "argv", ["training_report.py", str(run), "--name", "chained", "--command", "legs",
