@@ -19,11 +19,11 @@ import numpy as np
 
 from mdmkit.tasks.chunks import in_chunks
 
-_ALL = 0x1FF  # all nine digits
+ALL_DIGITS = 0x1FF  # all nine digits
 _ROW = tuple(i // 9 for i in range(81))
 _COL = tuple(i % 9 for i in range(81))
 _BOX = tuple(i // 27 * 3 + i % 9 // 3 for i in range(81))
-_PEERS = tuple(
+PEERS = tuple(
     tuple(j for j in range(81) if j != i and (_ROW[i] == _ROW[j] or _COL[i] == _COL[j] or _BOX[i] == _BOX[j]))
     for i in range(81)
 )
@@ -67,12 +67,12 @@ def puzzle_cells(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
     return cells
 
 
-def _propagate(cand: list[int], stack: list[int]) -> bool:
+def propagate_naked_singles(cand: list[int], stack: list[int]) -> bool:
     """Remove each newly solved cell's digit from its peers (naked singles); False on a contradiction.
 
     `stack` holds the solved cells whose digit has not yet been eliminated from their peers.
     """
-    peers = _PEERS
+    peers = PEERS
     while stack:
         i = stack.pop()
         bit = cand[i]
@@ -93,7 +93,7 @@ def _search(cand: list[int], stack: list[int], limit: int, found: list[list[int]
 
     Branches on the cell with the fewest candidates, which keeps the tree tiny for well-constrained puzzles.
     """
-    if not _propagate(cand, stack):
+    if not propagate_naked_singles(cand, stack):
         return
     best, fewest = -1, 10
     for i, mask in enumerate(cand):
@@ -122,7 +122,7 @@ def find_solutions(puzzle: np.ndarray | Sequence[int], limit: int = 2) -> list[n
     if operator.index(limit) < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     values = cells.tolist()
-    cand = [1 << (v - 1) if v else _ALL for v in values]
+    cand = [1 << (v - 1) if v else ALL_DIGITS for v in values]
     found: list[list[int]] = []
     _search(cand, [i for i, v in enumerate(values) if v], limit, found)
     return [np.array([mask.bit_length() for mask in masks], dtype=np.int8) for masks in found]
@@ -157,7 +157,7 @@ def _random_grid(rng: np.random.Generator) -> list[int]:
     """
     found: list[list[int]] = []
     while not found:  # guard: a completion has always existed in practice
-        cand = [_ALL] * 81
+        cand = [ALL_DIGITS] * 81
         for box in _DIAGONAL_BOXES:
             for cell, digit in zip(box.tolist(), rng.permutation(9).tolist()):
                 cand[cell] = 1 << digit
@@ -173,7 +173,7 @@ def _random_grid(rng: np.random.Generator) -> list[int]:
 def _allowed(given: list[int], cell: int) -> int:
     """Candidates of a blank cell: the digits not given anywhere in its row, column or box."""
     r, c, b = UNITS_OF[cell]
-    return _ALL & ~(given[r] | given[c] | given[b])
+    return ALL_DIGITS & ~(given[r] | given[c] | given[b])
 
 
 def _forced(puzzle: list[int], given: list[int], cell: int, bit: int) -> bool:
@@ -215,7 +215,7 @@ def _dig(grid: list[int], order: Iterable[int], n_givens: int) -> list[int] | No
     as its only solution, so any new solution must differ exactly there.
     """
     puzzle = grid.copy()
-    given = [_ALL] * 27  # digits given in each unit
+    given = [ALL_DIGITS] * 27  # digits given in each unit
     givens = 81
     for cell in order:
         if givens == n_givens:

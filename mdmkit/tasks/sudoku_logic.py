@@ -13,11 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdmkit.tasks.sudoku_generator import UNITS_OF, puzzle_cells
+from mdmkit.tasks.sudoku_generator import ALL_DIGITS, PEERS, UNITS_OF, propagate_naked_singles, puzzle_cells
 
-_ALL = 0x1FF
 _UNITS = tuple(tuple(i for i in range(81) if unit in UNITS_OF[i]) for unit in range(27))
-_PEERS = tuple(tuple(sorted({j for unit in UNITS_OF[i] for j in _UNITS[unit]} - {i})) for i in range(81))
 
 NAKED = "naked singles"
 HIDDEN = "hidden singles"
@@ -57,19 +55,19 @@ def singles_closure(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
 
 def _candidates(values: list[int]) -> list[int]:
     """Candidate masks after placing the givens and playing naked singles to the end."""
-    cand = [_ALL] * 81
+    cand = [ALL_DIGITS] * 81
     for cell, value in enumerate(values):
         if value and not _place(cand, cell, 1 << (value - 1)):
             raise ValueError(f"sudoku puzzle givens contradict each other (cell {cell}, digit {value})")
-    if not _naked_singles(cand):
+    if not propagate_naked_singles(cand, [cell for cell, mask in enumerate(cand) if not mask & (mask - 1)]):
         raise ValueError("sudoku puzzle has no solution: naked singles reach a contradiction")
     return cand
 
 
 def _hidden_singles(cand: list[int]) -> None:
     """Play hidden singles (each followed by naked singles) until none is left."""
-    while _hidden_single(cand):
-        if not _naked_singles(cand):
+    while (cell := _hidden_single(cand)) is not None:
+        if not propagate_naked_singles(cand, [cell]):
             raise ValueError("sudoku puzzle has no solution: singles reach a contradiction")
 
 
@@ -78,7 +76,7 @@ def _place(cand: list[int], cell: int, bit: int) -> bool:
     if not cand[cell] & bit:
         return False
     cand[cell] = bit
-    for peer in _PEERS[cell]:
+    for peer in PEERS[cell]:
         if cand[peer] & bit:
             cand[peer] &= ~bit
             if not cand[peer]:
@@ -86,30 +84,16 @@ def _place(cand: list[int], cell: int, bit: int) -> bool:
     return True
 
 
-def _naked_singles(cand: list[int]) -> bool:
-    """Strike every decided cell's digit from its peers until nothing changes; False on a contradiction."""
-    changed = True
-    while changed:
-        changed = False
-        for cell in range(81):
-            bit = cand[cell]
-            if bit & (bit - 1) == 0 and any(cand[peer] & bit for peer in _PEERS[cell]):
-                if not _place(cand, cell, bit):
-                    return False
-                changed = True
-    return True
-
-
-def _hidden_single(cand: list[int]) -> bool:
-    """Place one digit that has a single possible cell in some unit; False when there is none."""
+def _hidden_single(cand: list[int]) -> int | None:
+    """Place one digit that has a single possible cell in some unit and return the cell; None when there is none."""
     for unit in _UNITS:
         for k in range(9):
             bit = 1 << k
             places = [cell for cell in unit if cand[cell] & bit]
             if len(places) == 1 and cand[places[0]] != bit:
                 cand[places[0]] = bit
-                return True
-    return False
+                return places[0]
+    return None
 
 
 def _undecided(cand: list[int]) -> int:
