@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
+from mdmkit.analysis.reveals import predictive
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers.ordering import entropy
 from mdmkit.tasks.sudoku import CELL_POSITIONS, puzzles_and_solutions, serialize
@@ -66,8 +67,7 @@ def _read(network: torch.nn.Module, grids: np.ndarray, solutions: np.ndarray, ma
     with torch.no_grad():
         for begin in range(0, len(tokens), batch_size):
             target, where = tokens[begin:begin + batch_size], masked[begin:begin + batch_size]
-            logits = network(target.masked_fill(where, mask_id)).float()
-            probs = logits.index_fill(-1, torch.tensor([mask_id]), float("-inf")).softmax(-1)
+            probs = predictive(network(target.masked_fill(where, mask_id)), mask_id)
             right, h = probs.argmax(-1) == target, entropy(probs)
             hits += right[where].tolist()
             entropies += h[where].tolist()

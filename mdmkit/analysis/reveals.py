@@ -25,6 +25,12 @@ class Forward:
     entropies: torch.Tensor
 
 
+def predictive(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Probabilities as the samplers read logits: in float32, the mask token never a prediction."""
+    mask = torch.tensor([mask_id], device=logits.device)
+    return logits.float().index_fill(-1, mask, float("-inf")).softmax(-1)
+
+
 class TracingCounter(ForwardCounter):
     """A forward counter that keeps every forward's rows, input tokens and entropies (on the CPU)."""
 
@@ -35,8 +41,7 @@ class TracingCounter(ForwardCounter):
 
     def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         logits = super().__call__(tokens, rows, **kwargs)
-        scores = logits.float().index_fill(-1, torch.tensor([self.mask_id], device=logits.device), float("-inf"))
-        self.trace.append(Forward(rows.cpu(), tokens.cpu(), entropy(scores.softmax(-1)).cpu()))  # as samplers read them
+        self.trace.append(Forward(rows.cpu(), tokens.cpu(), entropy(predictive(logits, self.mask_id)).cpu()))
         return logits
 
 
