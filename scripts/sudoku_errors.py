@@ -34,7 +34,7 @@ from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import wilson_interval
 from mdmkit.samplers import TopKSampler
 from mdmkit.tasks.base import Split
-from mdmkit.tasks.sudoku import puzzles_and_solutions
+from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
 from mdmkit.tasks.sudoku_logic import GRADES, grade_puzzle
 
 LEFT_BINS = ((0, 0), (1, 19), (20, 29), (30, 39), (40, 81))  # blank cells left after singles, as plotted
@@ -48,26 +48,29 @@ def count_errors(checkpoint: str, ordering: str, limit: int | None, batch_size: 
         raise SystemExit(f"{checkpoint} is a {trained.task.name} model: this script counts Sudoku givens")
     test = trained.task.load_test().head(limit)
     sampler = TopKSampler(k=1, ordering=ordering)
-    result = sample_split(trained.network(), trained.task, test, sampler, batch_size=batch_size, progress=True)
+    network = trained.network()
+    result = sample_split(network, trained.task, test, sampler, batch_size=batch_size, progress=True)
     correct = result.correct.tolist()
     grades = [grade_puzzle(p) for p in puzzles_and_solutions(test.tokens.numpy(), test.answer_mask.numpy())[0]]
     failed = [i for i, good in enumerate(correct) if not good]
+    first_wrong = trace_failures(network, trained.task, test, failed, sampler, batch_size)
     return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy,
             "nfe_mean": float(result.nfe.mean()),
             "by_givens": _grouped([81 - g.blanks for g in grades], correct, sorted),
             "by_logic": _grouped([g.grade for g in grades], correct, lambda seen: [k for k in GRADES if k in seen]),
             "by_left_by_singles": _grouped([_left_bin(g.left_by_singles) for g in grades], correct,
                                            lambda seen: [b for b in map(_bin_name, LEFT_BINS) if b in seen]),
-            "failures": len(failed), "first_wrong": trace_failures(trained, test, failed, sampler, batch_size)}
+            "failures": len(failed), "first_wrong": first_wrong}
 
 
-def trace_failures(trained: TrainedModel, test: Split, failed: list[int], sampler: TopKSampler,
-                   batch_size: int) -> list[dict[str, Any]]:
+def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, failed: list[int],
+                   sampler: TopKSampler, batch_size: int) -> list[dict[str, Any]]:
     """Sample the failed puzzles again, traced, and grade the grid each one first went wrong on (every cell in
     it right): how many blanks it had, how many singles would leave, and how sure the model was of its wrong
     cell. A puzzle that failed in its evaluation batch and not when sampled again here is left out (float
     noise between batch compositions; the page shows how many were traced)."""
-    task, network, found = trained.task, trained.network().eval(), []
+    found = []
+    network.eval()
     for begin in range(0, len(failed), batch_size):
         index = torch.tensor(failed[begin:begin + batch_size])
         target, answer = test.tokens[index], test.answer_mask[index]
