@@ -111,6 +111,8 @@ class PuzzleTask(Validated):
     # what `augment` draws from (data.augment=true), in words; None: the task defines no symmetries
     symmetries: ClassVar[str | None] = None
     parallel_generation: ClassVar[bool] = False  # whether `workers` > 1 spreads generation over processes
+    # the simple deductions `stuck_points` plays (data.stuck_fraction), in words; None: the task defines none
+    deductions: ClassVar[str | None] = None
 
     n_train: int = 100_000
     n_val: int = 1_000
@@ -158,6 +160,11 @@ class PuzzleTask(Validated):
         """Training examples ([B, L] complete answers and their answer masks) each under a random symmetry that
         keeps it a valid example of the same difficulty; tasks with `symmetries` define it."""
         raise NotImplementedError(f"task {self.name} defines no symmetries")
+
+    def stuck_points(self, examples: Examples) -> Examples:
+        """Each example that the task's `deductions` cannot finish, with what they decide moved into its context:
+        the grid where a solver that knows only them gets stuck. Random masking almost never makes these."""
+        raise NotImplementedError(f"task {self.name} defines no deductions")
 
     def sample_metrics(self, predicted: torch.Tensor) -> dict[str, Any]:
         """Quality measures of a whole split's samples beyond accuracy (text: spelling, entropy); none here."""
@@ -256,6 +263,17 @@ class PuzzleTask(Validated):
         splits = {name: Split.from_examples(ex) for name, ex in zip(SPLITS, (train, val, test))}
         assert_disjoint(splits)
         return splits
+
+    def load_stuck_points(self, train: Split) -> Split:
+        """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes)."""
+        path = self.cache_path().with_suffix(".stuck.npz")
+        if path.exists():
+            return Split.from_examples(self._read_cache(path))
+        stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys))
+        require(len(stuck) > 0, f"{self.deductions} solve every training example of task {self.name}: there are "
+                                "no stuck points to train on (data.stuck_fraction)")
+        self._write_cache(path, stuck)
+        return Split.from_examples(stuck)
 
     # -- the test split alone (evaluation) ----------------------------------------------------------
     def test_cache_path(self) -> Path:

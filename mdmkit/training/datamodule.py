@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import lightning as L
 import torch
@@ -12,20 +12,21 @@ from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
 
 Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
+Pool = tuple[tuple[torch.Tensor, ...], int]  # (columns sharing their first dimension, rows each batch takes)
 
 
 class StepIndexedBatches(IterableDataset):
     """Batch number s is a pure function of (seed, s, rank): resuming at step s replays exactly what follows.
 
-    Rows are drawn with replacement from `columns` (tensors sharing their first dimension), so there are no
-    epochs whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs
-    no distributed sampler. `transform` (e.g. a task's random symmetries) draws from the same seeded generator,
+    Each batch takes a fixed number of rows from each pool, drawn with replacement, so there are no epochs
+    whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs no
+    distributed sampler. `transform` (e.g. a task's random symmetries) draws from the same seeded generator,
     after the rows, so it replays on a resume as well.
     """
 
-    def __init__(self, columns: tuple[torch.Tensor, ...], batch_size: int, seed: int, start_step: int, rank: int,
-                 world_size: int, transform: Transform | None = None) -> None:
-        self.columns, self.batch_size, self.seed = columns, batch_size, seed
+    def __init__(self, pools: Sequence[Pool], seed: int, start_step: int, rank: int, world_size: int,
+                 transform: Transform | None = None) -> None:
+        self.pools, self.seed = pools, seed
         self.start_step, self.rank, self.world_size = start_step, rank, world_size
         self.transform = transform
 
@@ -34,46 +35,55 @@ class StepIndexedBatches(IterableDataset):
         generator = torch.Generator()
         while True:
             generator.manual_seed(stream_seed(self.seed, step, self.rank, self.world_size))
-            index = torch.randint(len(self.columns[0]), (self.batch_size,), generator=generator)
-            batch = tuple(column[index] for column in self.columns)
+            parts = []
+            for columns, rows in self.pools:
+                index = torch.randint(len(columns[0]), (rows,), generator=generator)
+                parts.append([column[index] for column in columns])
+            batch = tuple(torch.cat(column) for column in zip(*parts))
             yield batch if self.transform is None else self.transform(*batch, generator)
             step += 1
 
 
-def step_indexed_loader(trainer: L.Trainer | None, columns: tuple[torch.Tensor, ...], batch_size: int,
-                        seed: int, transform: Transform | None = None) -> DataLoader:
+def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: int,
+                        transform: Transform | None = None) -> DataLoader:
     """The training loader that continues at the trainer's step (0 without a trainer) on this rank."""
     start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
     rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-    batches = StepIndexedBatches(columns, batch_size, seed, start, rank, world, transform)
-    return DataLoader(batches, batch_size=None)
+    return DataLoader(StepIndexedBatches(pools, seed, start, rank, world, transform), batch_size=None)
 
 
 class PuzzleDataModule(L.LightningDataModule):
-    """`augment`: each training example under a fresh random symmetry of its task (`PuzzleTask.augment`)."""
+    """`augment`: each training example under a fresh random symmetry of its task (`PuzzleTask.augment`).
+    `stuck_fraction`: that share of each training batch (at least one row) drawn from the training split's
+    stuck points (`PuzzleTask.stuck_points`), the rest from the split itself."""
 
     def __init__(self, task: PuzzleTask, batch_size: int, eval_batch_size: int, val_examples: int, seed: int,
-                 augment: bool = False) -> None:
+                 augment: bool = False, stuck_fraction: float = 0.0) -> None:
         super().__init__()
         self.task, self.augment = task, augment
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
+        self.stuck_rows = max(1, round(stuck_fraction * batch_size)) if stuck_fraction > 0 else 0
         self.splits: dict[str, Split] | None = None
+        self.stuck: Split | None = None
 
     def prepare_data(self) -> None:
         # generates and caches once (rank 0), before the other ranks read the cache in `setup`; kept, so this
         # process does not read the cache a second time
-        self.splits = self.task.load_splits()
+        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
             self.splits = self.task.load_splits()
+        if self.stuck_rows and self.stuck is None:
+            self.stuck = self.task.load_stuck_points(self.splits["train"])
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
-        transform = self.task.augment if self.augment else None
-        return step_indexed_loader(self.trainer, (train.tokens, train.answer_mask), self.batch_size, self.seed,
-                                   transform)
+        pools = [((train.tokens, train.answer_mask), self.batch_size - self.stuck_rows)]
+        if self.stuck_rows:
+            pools.append(((self.stuck.tokens, self.stuck.answer_mask), self.stuck_rows))
+        return step_indexed_loader(self.trainer, pools, self.seed, self.task.augment if self.augment else None)
 
     def val_dataloader(self) -> DataLoader:
         val = self.splits["val"].head(self.val_examples)

@@ -19,7 +19,8 @@ from mdmkit.io.results import check_writable
 # configs saved before the optimizer settings moved out of the Lightning module name them there
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
-DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment"})  # conf/train.yaml's data
+# conf/train.yaml's data
+DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction"})
 _DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning reads it
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
@@ -55,6 +56,13 @@ def check_run(cfg: DictConfig) -> None:
     require_bool("data.augment", augment)
     require(not augment or cfg.get("indicator") is None,
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
+    stuck = data.get("stuck_fraction", 0.0)
+    require(isinstance(stuck, (int, float)) and not isinstance(stuck, bool)
+            and 0.0 <= stuck and round(stuck * data.batch_size) < data.batch_size,
+            f"data.stuck_fraction={stuck} must be a number in [0, 1) that leaves rows of each batch of "
+            f"{data.batch_size} to the training split")
+    require(not stuck or cfg.get("indicator") is None,
+            "data.stuck_fraction: an indicator trains on recorded trajectories, not on puzzles")
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
@@ -81,6 +89,8 @@ def check_components(config: dict[str, Any]) -> None:
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
+    require(not config["data"].get("stuck_fraction") or task.deductions is not None,
+            f"data.stuck_fraction: task {task.name} defines no deductions to get stuck after (Sudoku does)")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
     wanted = getattr(objective, "model_spec", None)  # an objective that trains one kind of network only

@@ -1,0 +1,117 @@
+"""Training on stuck points (data.stuck_fraction): the grids where singles run out, mixed into each batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, compose_config, run_cli
+
+from mdmkit.core.config import to_container
+from mdmkit.core.errors import ConfigError
+from mdmkit.tasks.base import Split
+from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
+from mdmkit.tasks.sudoku_generator import find_solutions
+from mdmkit.tasks.sudoku_logic import BEYOND, grade_puzzle, singles_closure
+from mdmkit.training.datamodule import PuzzleDataModule, StepIndexedBatches
+from mdmkit.training.preflight import check_components, check_run
+
+
+def _task(tmp_path: Path, **settings) -> SudokuTask:
+    return SudokuTask(**{"n_givens": (24, 30), "n_train": 200, "n_val": 20, "n_test": 20,
+                         "cache_dir": str(tmp_path), **settings})
+
+
+def test_stuck_points_are_the_closures_of_exactly_the_puzzles_singles_cannot_finish(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    made = task.generate(120, seed=5)
+    puzzles, solutions = puzzles_and_solutions(made.tokens, made.answer_mask)
+    beyond = [i for i, puzzle in enumerate(puzzles) if grade_puzzle(puzzle).grade == BEYOND]
+    stuck = task.stuck_points(made)
+    stuck_puzzles, stuck_solutions = puzzles_and_solutions(stuck.tokens, stuck.answer_mask)
+
+    assert 0 < len(beyond) < len(puzzles)  # the fixture holds both kinds
+    assert len(stuck) == len(beyond)
+    for i, puzzle, solution in zip(beyond, stuck_puzzles, stuck_solutions):
+        assert np.array_equal(solution, solutions[i])  # the same answer
+        given = puzzles[i] != 0
+        assert np.array_equal(puzzle[given], puzzles[i][given])  # every original given kept ...
+        assert (puzzle != 0).sum() > given.sum()  # ... and the cells singles decide added
+        assert np.array_equal(singles_closure(puzzle), puzzle)  # no single is left to play
+        assert len(find_solutions(puzzle.astype(np.int8), limit=2)) == 1  # still a puzzle with one answer
+
+
+def test_stuck_points_are_cached_beside_the_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = _task(tmp_path)
+    train = task.load_splits()["train"]
+    first = task.load_stuck_points(train)
+    assert task.cache_path().with_suffix(".stuck.npz").is_file()
+
+    def recompute(examples):
+        raise AssertionError("the cache was not read")
+
+    monkeypatch.setattr(task, "stuck_points", recompute)
+    again = task.load_stuck_points(train)
+    assert torch.equal(again.tokens, first.tokens) and torch.equal(again.answer_mask, first.answer_mask)
+
+
+def test_a_split_that_singles_solve_entirely_is_one_clear_error(tmp_path: Path) -> None:
+    task = _task(tmp_path, n_givens=60, n_train=30)
+    with pytest.raises(ConfigError, match="naked and hidden singles solve every training example"):
+        task.load_stuck_points(task.load_splits()["train"])
+
+
+def test_each_batch_takes_its_share_from_each_pool_and_replays_from_any_step() -> None:
+    plain = (torch.zeros(50, 3, dtype=torch.long), torch.arange(50))
+    stuck = (torch.ones(7, 3, dtype=torch.long), torch.arange(7))
+
+    def batches(start: int, count: int) -> list[tuple[torch.Tensor, ...]]:
+        stream = iter(StepIndexedBatches([(plain, 6), (stuck, 2)], seed=3, start_step=start, rank=0, world_size=1))
+        return [next(stream) for _ in range(count)]
+
+    whole = batches(0, 5)
+    for tokens, _ in whole:
+        assert tokens.shape == (8, 3)
+        assert (tokens[:6] == 0).all() and (tokens[6:] == 1).all()
+    assert len({tuple(index.tolist()) for _, index in whole}) == 5  # fresh rows every step
+    for a, b in zip(whole[3:], batches(3, 2)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_the_data_module_mixes_stuck_points_into_training_batches_only(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    data = PuzzleDataModule(task, batch_size=8, eval_batch_size=8, val_examples=8, seed=0, stuck_fraction=0.25)
+    data.prepare_data()
+    tokens, answer_mask = next(iter(data.train_dataloader()))
+    puzzles = puzzles_and_solutions(tokens.numpy(), answer_mask.numpy())[0]
+    assert data.stuck_rows == 2
+    assert all(grade_puzzle(p).left_by_singles == grade_puzzle(p).blanks for p in puzzles[6:])  # stuck grids
+    assert all(grade_puzzle(p).left_by_singles < grade_puzzle(p).blanks for p in puzzles[:6])  # raw puzzles
+    val_tokens, val_mask = next(iter(data.val_dataloader()))
+    val = Split(val_tokens, val_mask, keys=None)
+    assert torch.equal(val.answer_mask, data.splits["val"].head(8).answer_mask)  # validation stays as it was
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1", "0.97", "true", "many"])
+def test_a_bad_stuck_fraction_stops_before_training(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"data.stuck_fraction=\S+ must be a number in \[0, 1\) that leaves rows"):
+        check_run(compose_config("train", [f"data.stuck_fraction={value}", "data.batch_size=16"]))
+
+
+def test_stuck_fraction_needs_a_task_with_deductions_and_no_indicator() -> None:
+    maze = to_container(compose_config("train", ["experiment=maze_mdm", "data.stuck_fraction=0.25"]))
+    with pytest.raises(ConfigError, match="task maze defines no deductions"):
+        check_components(maze)
+    with pytest.raises(ConfigError, match="an indicator trains on recorded trajectories, not on puzzles"):
+        check_run(compose_config("train", ["experiment=sudoku_indicator", "data.stuck_fraction=0.25"]))
+    check_components(to_container(compose_config("train", ["data.stuck_fraction=0.25"])))
+
+
+def test_train_py_trains_on_augmented_batches_with_stuck_points(tmp_path: Path) -> None:
+    result = run_cli("train.py", *TINY, "task.n_givens=[24,30]", "data.augment=true", "data.stuck_fraction=0.25",
+                     "eval_limit=8", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "augmented by digit relabelling" in result.stdout
+    assert "2 of 8 rows a batch stuck after naked and hidden singles" in result.stdout
