@@ -49,6 +49,12 @@ def test_default_loggers_write_wandb_offline_and_csv(tmp_path: Path, monkeypatch
     assert list((tmp_path / "csv").glob("version_*/metrics.csv"))
 
 
+def test_logger_none_trains_and_writes_no_logs(tmp_path: Path) -> None:
+    summary = train(tmp_path, "logger=none", "trainer.max_steps=2", "evaluate_after_training=false")
+    assert summary["global_step"] == 2 and (tmp_path / "model.pt").is_file()
+    assert not (tmp_path / "csv").exists() and not (tmp_path / "wandb").exists()
+
+
 def test_training_then_evaluation_records_accuracy_and_counted_nfe(tmp_path: Path) -> None:
     summary = train(tmp_path)
     assert summary["global_step"] == 4

@@ -117,12 +117,15 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     interval = cfg.trainer.get("val_check_interval")
     checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=cfg.checkpoint_every is not None,
                                  every=cfg.checkpoint_every or (interval if isinstance(interval, int) else None))
-    callbacks = [LogAtGlobalStep(), checkpoints, LearningRateMonitor(logging_interval="step")]
+    callbacks: list[Callback] = [LogAtGlobalStep(), checkpoints]
     if cfg.trainer.get("enable_progress_bar", True):
         callbacks.append(progress_bar())
     try:
+        loggers = _loggers(cfg, output_dir)
+        if loggers:  # logger=none: Lightning refuses a learning-rate monitor with nothing to write to
+            callbacks.append(LearningRateMonitor(logging_interval="step"))
         callbacks += _time_limit(cfg)
-        trainer = build(cfg.trainer, "trainer", logger=_loggers(cfg, output_dir), callbacks=callbacks,
+        trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks,
                         default_root_dir=str(output_dir), max_time=None)
         print(f"{banner} | output: {output_dir}")
         started = time.perf_counter()
