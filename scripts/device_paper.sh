@@ -11,6 +11,8 @@
 # data is made there (~64 s of 16 processes for Sudoku) unless its cache file is carried: the Sudoku paper
 # split's is 8.9 MB (sudoku_codec), and saves that minute for training. Then
 #   device run: scripts/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
+# With EXTRA=data.stuck_fraction=..., carry the split's stuck points too (the .stuck.npz beside it), else they are
+# made there first (about 2 minutes of one core).
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
 # logged) rather than losing the leg.
