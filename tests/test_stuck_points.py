@@ -98,6 +98,11 @@ def test_a_bad_stuck_fraction_stops_before_training(value: str) -> None:
         check_run(compose_config("train", [f"data.stuck_fraction={value}", "data.batch_size=16"]))
 
 
+def test_a_batch_of_one_has_no_row_to_share() -> None:
+    with pytest.raises(ConfigError, match="leaves rows of each batch of 1 to the training split"):
+        check_run(compose_config("train", ["data.stuck_fraction=0.1", "data.batch_size=1"]))
+
+
 def test_stuck_fraction_needs_a_task_with_deductions_and_no_indicator() -> None:
     maze = to_container(compose_config("train", ["experiment=maze_mdm", "data.stuck_fraction=0.25"]))
     with pytest.raises(ConfigError, match="task maze defines no deductions"):

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
+from mdmkit.training.preflight import stuck_rows
 
 Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
 Pool = tuple[tuple[torch.Tensor, ...], int]  # (columns sharing their first dimension, rows each batch takes)
@@ -63,7 +64,7 @@ class PuzzleDataModule(L.LightningDataModule):
         self.task, self.augment = task, augment
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
-        self.stuck_rows = max(1, round(stuck_fraction * batch_size)) if stuck_fraction > 0 else 0
+        self.stuck_rows = stuck_rows(stuck_fraction, batch_size)
         self.splits: dict[str, Split] | None = None
         self.stuck: Split | None = None
 

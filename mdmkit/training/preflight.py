@@ -25,6 +25,11 @@ _DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
+def stuck_rows(stuck_fraction: float, batch_size: int) -> int:
+    """Rows of each training batch drawn from the stuck points: the share, and at least one where it is > 0."""
+    return max(1, round(stuck_fraction * batch_size)) if stuck_fraction > 0 else 0
+
+
 def check_run(cfg: DictConfig) -> None:
     """Values every training run shares: files it starts from, step counts, batch sizes."""
     for option in ("ckpt_path", "init_from") if cfg.get("ckpt_path") is None else ("ckpt_path",):
@@ -58,7 +63,7 @@ def check_run(cfg: DictConfig) -> None:
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
     stuck = data.get("stuck_fraction", 0.0)
     require(isinstance(stuck, (int, float)) and not isinstance(stuck, bool)
-            and 0.0 <= stuck and round(stuck * data.batch_size) < data.batch_size,
+            and 0.0 <= stuck and stuck_rows(stuck, data.batch_size) < data.batch_size,
             f"data.stuck_fraction={stuck} must be a number in [0, 1) that leaves rows of each batch of "
             f"{data.batch_size} to the training split")
     require(not stuck or cfg.get("indicator") is None,
