@@ -92,6 +92,58 @@ def test_the_data_module_mixes_stuck_points_into_training_batches_only(tmp_path:
     assert torch.equal(val_mask, data.splits["val"].head(8).answer_mask)  # validation stays as it was
 
 
+def test_stuck_rows_carry_their_masking_rate_through_augmentation(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    plain = PuzzleDataModule(task, batch_size=8, eval_batch_size=8, val_examples=8, seed=0, augment=True,
+                             stuck_fraction=0.25)
+    rated = PuzzleDataModule(task, batch_size=8, eval_batch_size=8, val_examples=8, seed=0, augment=True,
+                             stuck_fraction=0.25, stuck_mask_rate=1.0)
+    for data in (plain, rated):
+        data.prepare_data()
+    tokens, answer_mask = next(iter(plain.train_dataloader()))
+    rated_tokens, rated_mask, rate = next(iter(rated.train_dataloader()))
+    assert torch.equal(rated_tokens, tokens) and torch.equal(rated_mask, answer_mask)  # the same rows, augmented
+    assert torch.isnan(rate[:6]).all() and (rate[6:] == 1.0).all()
+
+
+def test_training_steps_hand_the_stuck_rows_rate_to_the_objective(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdmkit.training.module import MDMModule
+
+    module = MDMModule(to_container(compose_config("train", ["model=tiny"])))
+    seen = {}
+
+    def objective(network, tokens, answer_mask, mask_id, generator, **rates):
+        seen.update(rates)
+        return tokens.float().sum() * 0, {}
+
+    monkeypatch.setattr(module, "objective", objective)
+    monkeypatch.setattr(module, "log", lambda *args, **kwargs: None)
+    monkeypatch.setattr(MDMModule, "global_step", property(lambda self: 0))  # no trainer attached
+    monkeypatch.setattr("mdmkit.training.module.step_generator", lambda module, step: torch.Generator())
+    tokens, answer_mask = torch.zeros(4, 89, dtype=torch.long), torch.ones(4, 89, dtype=torch.bool)
+    module.training_step((tokens, answer_mask), 0)
+    assert seen == {}
+    rate = torch.tensor([float("nan"), float("nan"), 1.0, 1.0])
+    module.training_step((tokens, answer_mask, rate), 0)
+    assert seen["fixed_rate"] is rate
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "1.5", "-1", "true", "all"])
+def test_a_bad_stuck_mask_rate_stops_before_training(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"data.stuck_mask_rate=\S+ must be null .* or a number in \(0, 1\]"):
+        check_run(compose_config("train", ["data.stuck_fraction=0.25", f"data.stuck_mask_rate={value}"]))
+
+
+def test_a_stuck_mask_rate_needs_stuck_rows_and_an_objective_that_draws_rates() -> None:
+    with pytest.raises(ConfigError, match="set data.stuck_fraction > 0 too"):
+        check_run(compose_config("train", ["data.stuck_mask_rate=1.0"]))
+    speculative = to_container(compose_config("train", ["experiment=sudoku_speculative", "data.stuck_fraction=0.25",
+                                                "data.stuck_mask_rate=1.0"]))
+    with pytest.raises(ConfigError, match="objective SpeculativeLoss does not draw"):
+        check_components(speculative)
+    check_components(to_container(compose_config("train", ["data.stuck_fraction=0.25", "data.stuck_mask_rate=1"])))
+
+
 @pytest.mark.parametrize("value", ["1.0", "-0.1", "0.97", "true", "many"])
 def test_a_bad_stuck_fraction_stops_before_training(value: str) -> None:
     with pytest.raises(ConfigError, match=r"data.stuck_fraction=\S+ must be a number in \[0, 1\) that leaves rows"):
@@ -114,7 +166,7 @@ def test_stuck_fraction_needs_a_task_with_deductions_and_no_indicator() -> None:
 
 def test_train_py_trains_on_augmented_batches_with_stuck_points(tmp_path: Path) -> None:
     result = run_cli("train.py", *TINY, "task.n_givens=[24,30]", "data.augment=true", "data.stuck_fraction=0.25",
-                     "eval_limit=8", cwd=tmp_path)
+                     "data.stuck_mask_rate=1.0", "eval_limit=8", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "augmented by digit relabelling" in result.stdout
-    assert "2 of 8 rows a batch stuck after naked and hidden singles" in result.stdout
+    assert "2 of 8 rows a batch stuck after naked and hidden singles, masked at rate 1.0" in result.stdout

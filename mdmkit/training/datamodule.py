@@ -56,12 +56,15 @@ def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: 
 class PuzzleDataModule(L.LightningDataModule):
     """`augment`: each training example under a fresh random symmetry of its task (`PuzzleTask.augment`).
     `stuck_fraction`: that share of each training batch (at least one row) drawn from the training split's
-    stuck points (`PuzzleTask.stuck_points`), the rest from the split itself."""
+    stuck points (`PuzzleTask.stuck_points`), the rest from the split itself. `stuck_mask_rate`: the objective's
+    masking rate for those rows (1.0: the exact stuck grid), carried as a third column, NaN on the other rows;
+    None draws it as for any row."""
 
     def __init__(self, task: PuzzleTask, batch_size: int, eval_batch_size: int, val_examples: int, seed: int,
-                 augment: bool = False, stuck_fraction: float = 0.0) -> None:
+                 augment: bool = False, stuck_fraction: float = 0.0, stuck_mask_rate: float | None = None) -> None:
         super().__init__()
         self.task, self.augment = task, augment
+        self.stuck_mask_rate = None if stuck_mask_rate is None else float(stuck_mask_rate)
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
         self.stuck_rows = stuck_rows(stuck_fraction, batch_size)
@@ -84,7 +87,15 @@ class PuzzleDataModule(L.LightningDataModule):
         pools = [((train.tokens, train.answer_mask), self.batch_size - self.stuck_rows)]
         if self.stuck_rows:
             pools.append(((self.stuck.tokens, self.stuck.answer_mask), self.stuck_rows))
-        return step_indexed_loader(self.trainer, pools, self.seed, self.task.augment if self.augment else None)
+        if self.stuck_mask_rate is not None:
+            pools = [((*columns, torch.full((len(columns[0]),), rate)), rows)
+                     for (columns, rows), rate in zip(pools, (float("nan"), self.stuck_mask_rate))]
+        return step_indexed_loader(self.trainer, pools, self.seed, self._augment if self.augment else None)
+
+    def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, *rest: torch.Tensor
+                 ) -> tuple[torch.Tensor, ...]:
+        *rest, generator = rest  # a symmetry moves cells, never a row's masking rate
+        return (*self.task.augment(tokens, answer_mask, generator), *rest)
 
     def val_dataloader(self) -> DataLoader:
         val = self.splits["val"].head(self.val_examples)

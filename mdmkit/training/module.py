@@ -66,10 +66,11 @@ class MDMModule(L.LightningModule):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.network(tokens)
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        tokens, answer_mask = batch
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
+        tokens, answer_mask, *fixed_rate = batch  # a third column: rows' masking rates (data.stuck_mask_rate)
         generator = step_generator(self, self.global_step)
-        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator)
+        rates = {"fixed_rate": fixed_rate[0]} if fixed_rate else {}
+        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator, **rates)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss

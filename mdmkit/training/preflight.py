@@ -20,7 +20,8 @@ from mdmkit.io.results import check_writable
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
-DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction"})
+DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
+                       "stuck_mask_rate"})
 _DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning reads it
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
@@ -68,6 +69,10 @@ def check_run(cfg: DictConfig) -> None:
             f"{data.batch_size} to the training split")
     require(not stuck or cfg.get("indicator") is None,
             "data.stuck_fraction: an indicator trains on recorded trajectories, not on puzzles")
+    rate = data.get("stuck_mask_rate")
+    require(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < rate <= 1.0),
+            f"data.stuck_mask_rate={rate} must be null (drawn like any row's) or a number in (0, 1]")
+    require(rate is None or stuck, "data.stuck_mask_rate masks the stuck rows: set data.stuck_fraction > 0 too")
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
@@ -90,6 +95,7 @@ def check_components(config: dict[str, Any]) -> None:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
+    from mdmkit.objectives import MaskedDiffusionLoss
 
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
@@ -98,6 +104,9 @@ def check_components(config: dict[str, Any]) -> None:
             f"data.stuck_fraction: task {task.name} defines no deductions to get stuck after (Sudoku does)")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
+    require(config["data"].get("stuck_mask_rate") is None or isinstance(objective, MaskedDiffusionLoss),
+            f"data.stuck_mask_rate sets a masking rate, which objective {type(objective).__name__} does not draw "
+            "(objective=masked_diffusion does)")
     wanted = getattr(objective, "model_spec", None)  # an objective that trains one kind of network only
     require(wanted is None or isinstance(spec, wanted),
             f"objective {type(objective).__name__} trains a {getattr(wanted, '__name__', '')} network, not the "

@@ -154,13 +154,16 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
-                                  data.get("augment", False), data.get("stuck_fraction", 0.0))
+                                  data.get("augment", False), data.get("stuck_fraction", 0.0),
+                                  data.get("stuck_mask_rate"))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
     if datamodule.stuck_rows:
         banner += (f" | {datamodule.stuck_rows} of {data.batch_size} rows a batch stuck after "
                    f"{module.task.deductions}")
+        if datamodule.stuck_mask_rate is not None:
+            banner += f", masked at rate {datamodule.stuck_mask_rate}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
