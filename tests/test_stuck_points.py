@@ -139,7 +139,7 @@ def test_a_stuck_mask_rate_needs_stuck_rows_and_an_objective_that_draws_rates() 
         check_run(compose_config("train", ["data.stuck_mask_rate=1.0"]))
     speculative = to_container(compose_config("train", ["experiment=sudoku_speculative", "data.stuck_fraction=0.25",
                                                 "data.stuck_mask_rate=1.0"]))
-    with pytest.raises(ConfigError, match="objective SpeculativeLoss does not draw"):
+    with pytest.raises(ConfigError, match="objective SpeculativeLoss does not take"):
         check_components(speculative)
     check_components(to_container(compose_config("train", ["data.stuck_fraction=0.25", "data.stuck_mask_rate=1"])))
 

@@ -61,7 +61,8 @@ class MaskedDiffusionLoss(Validated):
         generator: torch.Generator | None = None,
         fixed_rate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        c = self.corrupt(tokens, answer_mask, mask_id, generator, fixed_rate)
+        rates = {} if fixed_rate is None else {"fixed_rate": fixed_rate}  # a subclass's corrupt may take none
+        c = self.corrupt(tokens, answer_mask, mask_id, generator, **rates)
         logits = network(c.noisy)
         ce = F.cross_entropy(logits.transpose(1, 2).float(), tokens, reduction="none") * c.masked
         n_masked = c.masked.sum()

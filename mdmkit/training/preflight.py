@@ -7,6 +7,7 @@ model spec, objective, optimizer, samplers), which imports torch but still not L
 from __future__ import annotations
 
 import re
+from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,14 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 def stuck_rows(stuck_fraction: float, batch_size: int) -> int:
     """Rows of each training batch drawn from the stuck points: the share, and at least one where it is > 0."""
     return max(1, round(stuck_fraction * batch_size)) if stuck_fraction > 0 else 0
+
+
+def takes_fixed_rate(objective: Any) -> bool:
+    """Whether an objective masks chosen rows at a given rate: a MaskedDiffusionLoss whose `corrupt` (a subclass
+    may override it) takes `fixed_rate`."""
+    from mdmkit.objectives import MaskedDiffusionLoss
+
+    return isinstance(objective, MaskedDiffusionLoss) and "fixed_rate" in signature(objective.corrupt).parameters
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -95,7 +104,6 @@ def check_components(config: dict[str, Any]) -> None:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
-    from mdmkit.objectives import MaskedDiffusionLoss
 
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
@@ -104,8 +112,8 @@ def check_components(config: dict[str, Any]) -> None:
             f"data.stuck_fraction: task {task.name} defines no deductions to get stuck after (Sudoku does)")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
-    require(config["data"].get("stuck_mask_rate") is None or isinstance(objective, MaskedDiffusionLoss),
-            f"data.stuck_mask_rate sets a masking rate, which objective {type(objective).__name__} does not draw "
+    require(config["data"].get("stuck_mask_rate") is None or takes_fixed_rate(objective),
+            f"data.stuck_mask_rate sets rows' masking rate, which objective {type(objective).__name__} does not take "
             "(objective=masked_diffusion does)")
     wanted = getattr(objective, "model_spec", None)  # an objective that trains one kind of network only
     require(wanted is None or isinstance(spec, wanted),
