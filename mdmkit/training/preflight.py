@@ -40,8 +40,31 @@ def takes_fixed_rate(objective: Any) -> bool:
     return isinstance(objective, MaskedDiffusionLoss) and "fixed_rate" in signature(objective.corrupt).parameters
 
 
+def check_data(data: DictConfig, trains_indicator: bool) -> None:
+    """conf/train.yaml's `data`: known keys, batch sizes, and the options that reshape training batches."""
+    unknown = sorted(set(data) - DATA_KEYS)  # `data` is a plain node: Hydra takes `+data.augmnt=true` silently
+    require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
+    for name in ("batch_size", "eval_batch_size", "val_examples"):
+        require_int(f"data.{name}", data.get(name), 1)
+    augment = data.get("augment", False)
+    require_bool("data.augment", augment)
+    require(not (augment and trains_indicator),
+            "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
+    stuck = data.get("stuck_fraction", 0.0)
+    require(isinstance(stuck, (int, float)) and not isinstance(stuck, bool)
+            and 0.0 <= stuck and stuck_rows(stuck, data.batch_size) < data.batch_size,
+            f"data.stuck_fraction={stuck} must be a number in [0, 1) that leaves rows of each batch of "
+            f"{data.batch_size} to the training split")
+    require(not (stuck and trains_indicator),
+            "data.stuck_fraction: an indicator trains on recorded trajectories, not on puzzles")
+    rate = data.get("stuck_mask_rate")
+    require(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < rate <= 1.0),
+            f"data.stuck_mask_rate={rate} must be null (drawn like any row's) or a number in (0, 1]")
+    require(rate is None or stuck, "data.stuck_mask_rate masks the stuck rows: set data.stuck_fraction > 0 too")
+
+
 def check_run(cfg: DictConfig) -> None:
-    """Values every training run shares: files it starts from, step counts, batch sizes."""
+    """Values every training run shares: files it starts from, step counts, the data options (`check_data`)."""
     for option in ("ckpt_path", "init_from") if cfg.get("ckpt_path") is None else ("ckpt_path",):
         path = cfg.get(option)  # a resume restores its weights: the model it was fine-tuned from may be gone
         if path is not None and Path(path).expanduser().is_dir():  # a run directory resumes outside a multirun
@@ -62,26 +85,7 @@ def check_run(cfg: DictConfig) -> None:
     require(anneal_by != "max_time" or max_time is not None,
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
     require_int("checkpoint_every", cfg.get("checkpoint_every"), 1, optional=True)
-    data = cfg.data
-    unknown = sorted(set(data) - DATA_KEYS)  # `data` is a plain node: Hydra takes `+data.augmnt=true` silently
-    require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
-    for name in ("batch_size", "eval_batch_size", "val_examples"):
-        require_int(f"data.{name}", data.get(name), 1)
-    augment = data.get("augment", False)
-    require_bool("data.augment", augment)
-    require(not augment or cfg.get("indicator") is None,
-            "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
-    stuck = data.get("stuck_fraction", 0.0)
-    require(isinstance(stuck, (int, float)) and not isinstance(stuck, bool)
-            and 0.0 <= stuck and stuck_rows(stuck, data.batch_size) < data.batch_size,
-            f"data.stuck_fraction={stuck} must be a number in [0, 1) that leaves rows of each batch of "
-            f"{data.batch_size} to the training split")
-    require(not stuck or cfg.get("indicator") is None,
-            "data.stuck_fraction: an indicator trains on recorded trajectories, not on puzzles")
-    rate = data.get("stuck_mask_rate")
-    require(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < rate <= 1.0),
-            f"data.stuck_mask_rate={rate} must be null (drawn like any row's) or a number in (0, 1]")
-    require(rate is None or stuck, "data.stuck_mask_rate masks the stuck rows: set data.stuck_fraction > 0 too")
+    check_data(cfg.data, trains_indicator=cfg.get("indicator") is not None)
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
