@@ -134,7 +134,7 @@ def test_a_bad_stuck_mask_rate_stops_before_training(value: str) -> None:
         check_run(compose_config("train", ["data.stuck_fraction=0.25", f"data.stuck_mask_rate={value}"]))
 
 
-def test_a_stuck_mask_rate_needs_stuck_rows_and_an_objective_that_draws_rates() -> None:
+def test_a_stuck_mask_rate_needs_stuck_rows_and_an_objective_that_takes_rates() -> None:
     with pytest.raises(ConfigError, match="set data.stuck_fraction > 0 too"):
         check_run(compose_config("train", ["data.stuck_mask_rate=1.0"]))
     speculative = to_container(compose_config("train", ["experiment=sudoku_speculative", "data.stuck_fraction=0.25",
