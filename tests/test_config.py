@@ -47,6 +47,32 @@ def test_model_sizes_match_their_names() -> None:
     assert 5e6 < sizes["paper"] < 7.5e6
 
 
+def test_the_deep_paper_variant_differs_from_the_paper_model_in_depth_alone() -> None:
+    """experiment=sudoku_paper_deep and its NI and sweep configs are sudoku_paper's with twice the layers at about
+    the same parameter count, under names of their own (scripts/device_paper.sh and device_ni.sh derive them)."""
+    def both(config_name: str, group: str, option: str, *fixed: str) -> list[dict]:
+        names = [option.format(model) for model in ("sudoku_paper", "sudoku_paper_deep")]
+        configs = [to_container(compose_config(config_name, [*fixed, f"{group}={name}"])) for name in names]
+        for config, name in zip(configs, names):
+            if "run_name" in config:  # the run's name, and the wandb run's, which is ${run_name}
+                assert config.pop("run_name") == config["logger"].pop("wandb")["name"] == name
+        return configs
+
+    paper, deep = both("train", "experiment", "{}")
+    paper_model, deep_model = paper.pop("model"), deep.pop("model")
+    assert deep == paper and deep_model["n_layers"] == 2 * paper_model["n_layers"]
+    sizes = [MDMModule(to_container(compose_config("train", [f"experiment={name}"]))).network.num_parameters()
+             for name in ("sudoku_paper", "sudoku_paper_deep")]
+    assert abs(sizes[1] / sizes[0] - 1) < 0.1
+    paper, deep = both("train", "experiment", "{}_indicator")
+    assert deep["trajectories"].pop("checkpoint") == "checkpoints/sudoku_paper_deep.pt"
+    assert paper["trajectories"].pop("checkpoint") == "checkpoints/sudoku_paper.pt"
+    assert deep == paper
+    paper, deep = (config["sweep"] for config in both("evaluate", "sweep", "{}_fronts", "ckpt=x.pt"))
+    assert (paper.pop("name"), deep.pop("name")) == ("sudoku_paper_fronts", "sudoku_paper_deep_fronts")
+    assert deep == paper
+
+
 def test_unknown_key_and_group_option_are_rejected_at_composition() -> None:
     with pytest.raises(ConfigCompositionException, match="n_layer"):
         compose_config("train", ["model.n_layer=3"])
