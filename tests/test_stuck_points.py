@@ -112,8 +112,8 @@ def test_training_steps_hand_the_stuck_rows_rate_to_the_objective(monkeypatch: p
     module = MDMModule(to_container(compose_config("train", ["model=tiny"])))
     seen = {}
 
-    def objective(network, tokens, answer_mask, mask_id, generator, **rates):
-        seen.update(rates)
+    def objective(network, tokens, answer_mask, mask_id, generator, *rates):
+        seen.update(zip(["fixed_rate"], rates))  # MaskedDiffusionLoss's argument after the generator
         return tokens.float().sum() * 0, {}
 
     monkeypatch.setattr(module, "objective", objective)

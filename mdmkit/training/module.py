@@ -69,8 +69,8 @@ class MDMModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask, *fixed_rate = batch  # a third column: rows' masking rates (data.stuck_mask_rate)
         generator = step_generator(self, self.global_step)
-        rates = {"fixed_rate": fixed_rate[0]} if fixed_rate else {}
-        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator, **rates)
+        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator,
+                                       *fixed_rate)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss
