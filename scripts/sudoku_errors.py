@@ -1,12 +1,13 @@
 """Where a Sudoku model's remaining errors are: full-step accuracy by givens, by the logic a puzzle needs, and
-the grid each failure first went wrong on.
+the grid each failure first went wrong on; checkpoints sampled on the same split are compared puzzle by puzzle.
 
 A test split with a range of givens (the paper's 24-36) mixes easy and hard puzzles; one accuracy hides which
 ones a model still fails, and so what more training has to buy. Each checkpoint samples its own test split with
 Top-1 (full step, `evaluate.py`'s path, so the overall accuracy is the evaluation's), counted per givens and per
 logic grade (`mdmkit.tasks.sudoku_logic`: naked singles, hidden singles, or beyond). The failures are then traced
 again, alone, to the grid of their first wrong reveal: could singles still fill a cell there, or had the model
-to reason past them?
+to reason past them? Two legs of one model share a split, so which puzzles one solves and the other fails, with
+a sign test on those, says more than two accuracies with overlapping intervals.
 
     python scripts/sudoku_errors.py checkpoints/sudoku_paper.pt --out docs/results/sudoku_paper_errors
 """
@@ -31,7 +32,7 @@ from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_i
 from mdmkit.analysis.reveals import TracingCounter, first_wrong_reveals
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.io.results import wilson_interval
+from mdmkit.io.results import sign_test, wilson_interval
 from mdmkit.samplers import TopKSampler
 from mdmkit.tasks.base import Split
 from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
@@ -54,13 +55,13 @@ def count_errors(checkpoint: str, ordering: str, limit: int | None, batch_size: 
     grades = [grade_puzzle(p) for p in puzzles_and_solutions(test.tokens.numpy(), test.answer_mask.numpy())[0]]
     failed = [i for i, good in enumerate(correct) if not good]
     first_wrong = trace_failures(network, trained.task, test, failed, sampler, batch_size)
-    return {"checkpoint": checkpoint, "n": len(test), "accuracy": result.accuracy,
+    return {"checkpoint": checkpoint, "test_set": test.fingerprint(), "n": len(test), "accuracy": result.accuracy,
             "nfe_mean": float(result.nfe.mean()),
             "by_givens": _grouped([81 - g.blanks for g in grades], correct, sorted),
             "by_logic": _grouped([g.grade for g in grades], correct, lambda seen: [k for k in GRADES if k in seen]),
             "by_left_by_singles": _grouped([_left_bin(g.left_by_singles) for g in grades], correct,
                                            lambda seen: [b for b in map(_bin_name, LEFT_BINS) if b in seen]),
-            "failures": len(failed), "first_wrong": first_wrong}
+            "failures": len(failed), "failed": failed, "first_wrong": first_wrong}
 
 
 def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, failed: list[int],
@@ -90,6 +91,22 @@ def _grouped(keys: list, correct: list[bool], order: Callable[[set], list]) -> d
     solved = Counter(key for key, good in zip(keys, correct) if good)
     return {key: {"n": total[key], "correct": solved[key], "accuracy": solved[key] / total[key],
                   "ci95": list(wilson_interval(solved[key], total[key]))} for key in order(set(total))}
+
+
+def puzzle_by_puzzle(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each checkpoint against the first, where both sampled the same split: the puzzles it solves that the
+    first failed, those it fails that the first solved, those both fail, and the sign test on the first two."""
+    first = models[0]
+    before = set(first["failed"])
+    rows = []
+    for model in models[1:]:
+        if model["test_set"] != first["test_set"]:
+            continue
+        now = set(model["failed"])
+        gained, lost = len(before - now), len(now - before)
+        rows.append({"checkpoint": model["checkpoint"], "against": first["checkpoint"], "gained": gained,
+                     "lost": lost, "both_failed": len(before & now), "sign_test_p": sign_test(gained, lost)})
+    return rows
 
 
 def _bin_name(bounds: tuple[int, int]) -> str:
@@ -147,8 +164,22 @@ def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str
         markdown_table(["checkpoint", "failures traced", "singles could still fill a cell",
                         "stuck for singles", "mean step", "mean entropy of the wrong cell (nats)"],
                        [_first_wrong_row(name, m) for name, m in zip(names, models)], "lrrrrr"), "",
+        *_paired_section(puzzle_by_puzzle(models)),
         *([notes.strip(), ""] if notes.strip() else []),
     ])
+
+
+def _paired_section(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return ["## Puzzle by puzzle", "",
+            ("Each checkpoint against the first on the same test puzzles. The sign test's p: the chance of a "
+             "split at least this uneven between the two columns of changed puzzles, were both models equally "
+             "good."), "",
+            markdown_table(["checkpoint", "against", "solved, failed before", "failed, solved before",
+                            "failed by both", "sign test p"],
+                           [[f"`{Path(r['checkpoint']).name}`", f"`{Path(r['against']).name}`", r["gained"],
+                             r["lost"], r["both_failed"], f"{r['sign_test_p']:.3g}"] for r in rows], "llrrrr"), ""]
 
 
 def _table(what: str, models: list[dict[str, Any]], field: str, names: list[str], overall: list[str]) -> str:

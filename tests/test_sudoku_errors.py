@@ -3,6 +3,7 @@ traced to their first wrong grid, and its page."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from conftest import ROOT, load_script, run_script
 
 from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.results import sign_test
 from mdmkit.tasks.sudoku_logic import GRADES, HIDDEN, NAKED
 
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
@@ -60,3 +62,37 @@ def test_the_page_is_written(tmp_path: Path) -> None:
     assert "![accuracy by givens and by cells left after singles](page.png)" in page
     assert "## By the logic a puzzle needs" in page and "## The grid each failure first went wrong on" in page
     assert f"{100 * data['models'][0]['accuracy']:.1f}%" in page
+    assert "## Puzzle by puzzle" not in page  # one checkpoint: nothing to compare
+
+
+def test_one_checkpoint_twice_is_compared_puzzle_by_puzzle_with_nothing_changed(tmp_path: Path) -> None:
+    out = tmp_path / "page"
+    done = run_script("sudoku_errors", SUDOKU_CKPT, SUDOKU_CKPT, "--limit", "8", "--out", str(out),
+                      cache_dir=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = json.loads((tmp_path / "page.json").read_text())["models"]
+    assert first["test_set"] == second["test_set"] and first["failed"] == second["failed"]
+    row = f"| `sudoku_mdm.pt` | `sudoku_mdm.pt` | 0 | 0 | {len(first['failed'])} | 1 |"
+    assert row in (tmp_path / "page.md").read_text()
+
+
+def _model(name: str, failed: list[int], test_set: str = "split") -> dict:
+    return {"checkpoint": name, "failed": failed, "test_set": test_set}
+
+
+def test_puzzle_by_puzzle_counts_against_the_first_checkpoint_on_its_split() -> None:
+    compare = load_script("sudoku_errors").puzzle_by_puzzle
+    rows = compare([_model("old.pt", [1, 2, 3, 4]), _model("new.pt", [3, 4, 9]),
+                    _model("other_task.pt", [], test_set="another split")])
+    assert rows == [{"checkpoint": "new.pt", "against": "old.pt", "gained": 2, "lost": 1, "both_failed": 2,
+                     "sign_test_p": pytest.approx(1.0)}]  # 2 against 1 of 3: as even as 3 can be
+
+
+@pytest.mark.parametrize("gained, lost", [(0, 0), (1, 0), (5, 0), (3, 3), (4, 1), (2, 7), (9, 3)])
+def test_the_sign_test_is_the_two_sided_binomial_tail_by_enumeration(gained: int, lost: int) -> None:
+    changed = gained + lost
+    # every way the changed puzzles could have split between the two models, each equally likely under the null
+    splits = [sum(outcome) for outcome in itertools.product((0, 1), repeat=changed)]
+    as_uneven = sum(abs(2 * g - changed) >= abs(gained - lost) for g in splits)
+    assert sign_test(gained, lost) == pytest.approx(as_uneven / len(splits))
+    assert sign_test(gained, lost) == sign_test(lost, gained)

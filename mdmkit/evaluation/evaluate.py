@@ -8,7 +8,6 @@ and rank 0 writes the same rows a single process would (`distributed.py`), with 
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import sys
 import threading
@@ -131,7 +130,7 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
     test = task.load_test().head(cfg.limit)  # once: every sampler sees the same examples; no train/val made
     data = {"task": task.fingerprint(),
             "test_file": file_fingerprint(str(Path(task.test_file).expanduser())) if task.test_file else None}
-    test_set = hashlib.sha256(b"".join(test.keys.tolist())).hexdigest()[:16]  # the examples, whatever made them
+    test_set = test.fingerprint()
     rows = _Rows(cfg, str(trained.path), file_fingerprint(str(trained.path)), task.name, data, test_set, "ema",
                  trained.config, ranks)
 

@@ -92,6 +92,15 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def sign_test(gained: int, lost: int) -> float:
+    """Two-sided exact sign test of two models on the same examples: the chance, were both equally good, that
+    the examples one solves and the other fails split at least this unevenly (ties, solved or failed by both,
+    carry no information and are left out)."""
+    changed = gained + lost
+    tail = sum(math.comb(changed, i) for i in range(min(gained, lost) + 1)) / 2 ** changed
+    return min(1.0, 2 * tail)
+
+
 def append_record(path: str | Path, record: dict[str, Any]) -> dict[str, Any]:
     """Append one row as a single write + fsync: a crash leaves whole rows, at worst one torn last line.
 

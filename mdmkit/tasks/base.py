@@ -58,6 +58,11 @@ class Split:
         """The first n examples (all of them for None)."""
         return self if n is None else Split(self.tokens[:n], self.answer_mask[:n], self.keys[:n])
 
+    def fingerprint(self) -> str:
+        """Names these examples in this order, whatever made them: rows with the same fingerprint can be
+        compared example by example."""
+        return hashlib.sha256(b"".join(self.keys.tolist())).hexdigest()[:16]
+
     @classmethod
     def from_examples(cls, examples: Examples) -> Split:
         return cls(
