@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,33 @@ def test_anneal_by_max_time_ends_the_decay_with_the_time_limit(tmp_path: Path, a
             assert 1e-4 <= lr < 1.1e-4  # the cosine at (nearly) its end when the time ran out
         else:
             assert lr > 0.99e-3  # the step count's cosine has barely begun
+
+
+def _logged_lrs(run: Path) -> list[float]:
+    rows = (line.split(",") for line in (run / "csv/version_0/metrics.csv").read_text().splitlines()[1:])
+    return [float(row[1]) for row in rows if row[1]]  # the column after `epoch`: lr-AdamW
+
+
+def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path) -> None:
+    """optim.anneal_time: the decay spans the training time of all calls of a resumed run. The first of two
+    2-second calls under a 4-second span stops about half-way down the cosine, and the resumed call goes on
+    from there to its end (resumed without the span, a call starts again near the peak: the step count's
+    cosine over 100k steps has barely begun)."""
+    span = [*TIME_BOXED, "optim.anneal_by=max_time", "optim.anneal_time='00:00:00:04'", "trainer.log_every_n_steps=1"]
+    train(tmp_path / "first", *span)
+    first = torch.load(tmp_path / "first/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert 2.0 <= first["callbacks"]["AnnealByTime"]["seconds"] < 3.0
+    (halfway,) = set(_last_lr(tmp_path / "first"))
+    assert 3e-4 < halfway < 8e-4  # lr 1e-3, min_lr_ratio 0.1: 5.5e-4 half-way through the span
+
+    train(tmp_path / "second", *span, f"ckpt_path={tmp_path}/first/checkpoints/last.ckpt")
+    second = torch.load(tmp_path / "second/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert second["callbacks"]["AnnealByTime"]["seconds"] >= 4.0
+    resumed = _logged_lrs(tmp_path / "second")
+    assert resumed[0] <= halfway * 1.05  # it goes on down, not back up
+    assert all(later <= earlier for earlier, later in pairwise(resumed))
+    for lr in _last_lr(tmp_path / "second"):
+        assert 1e-4 <= lr < 1.1e-4  # the span is spent: the decay's end
 
 
 def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> None:

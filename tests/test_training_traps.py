@@ -104,6 +104,9 @@ def test_a_job_prints_no_adverts_and_one_wandb_line(tmp_path: Path, monkeypatch:
     ("trainer.max_time='9:30'", r"trainer: max_time=9:30 must be \"DD:HH:MM:SS\""),
     ("optim.anneal_by=max_time", r"optim.anneal_by=max_time needs trainer.max_time"),
     ("optim.anneal_by=time", r"optim: anneal_by=time must be one of max_steps, max_time"),
+    ("optim.anneal_time='00:00:10'", r"optim: anneal_time=00:00:10 must be null or a positive \"DD:HH:MM:SS\""),
+    ("optim.anneal_time='00:00:00:00'", r"anneal_time=00:00:00:00 must be null or a positive"),
+    ("optim.anneal_time='00:00:10:00'", r"optim: anneal_time is the time the decay spans: it needs anneal_by=max_time"),
 ])
 def test_time_limit_and_anneal_by_mistakes_stop_before_training(tmp_path: Path, override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -27,6 +27,18 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+_DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")  # "DD:HH:MM:SS", as Lightning reads trainer.max_time
+
+
+def duration_seconds(text: Any) -> float | None:
+    """Seconds in a "DD:HH:MM:SS" duration (Lightning's `max_time` string); None if it is not one."""
+    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return None
+    days, hours, minutes, seconds = (int(part) for part in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
 def require_int(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
     """A top-level setting (no dataclass types it) that must be an integer >= `minimum` (or null if `optional`)."""
     if optional and value is None:

@@ -1,5 +1,6 @@
 """Lightning callbacks of a training run: checkpoints that keep the step reached, logged steps that survive a
-resume, a progress bar that counts steps, a time limit per call, and a learning-rate decay that ends by that limit."""
+resume, a progress bar that counts steps, a time limit per call, and a learning-rate decay that ends by that limit
+or by a time span over the calls of a resumed run."""
 
 from __future__ import annotations
 
@@ -99,14 +100,30 @@ class CallTimer(Timer):
 
 
 class AnnealByTime(Callback):
-    """`optim.anneal_by=max_time`: before each step, tell the schedule what fraction of the call's time is spent.
-    Rank 0's clock decides, so every process of a multi-GPU run takes the same learning rate."""
+    """`optim.anneal_by=max_time`: before each step, tell the schedule what fraction of its time is spent: of
+    this call's limit, or of `span` seconds (`optim.anneal_time`) of training counted over every call of a run
+    resumed from its checkpoints (the seconds before this call travel in them). Rank 0's clock decides, so every
+    process of a multi-GPU run takes the same learning rate."""
 
-    def __init__(self, timer: CallTimer) -> None:
-        self.timer = timer
+    def __init__(self, timer: CallTimer, span: float | None = None) -> None:
+        self.timer, self.span = timer, span
+        self.seconds_before = 0.0  # training time of the calls this run resumed from
+
+    def seconds(self) -> float:
+        """Training time of the run so far, over all its calls."""
+        return self.seconds_before + self.timer.time_elapsed("train")
+
+    def spent(self) -> float:
+        return self.timer.spent() if self.span is None else min(1.0, self.seconds() / self.span)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        spent = trainer.strategy.broadcast(self.timer.spent())
+        spent = trainer.strategy.broadcast(self.spent())
         for config in trainer.lr_scheduler_configs:
             if isinstance(config.scheduler, WarmupCosine):
                 config.scheduler.time_spent = spent
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.seconds_before = float(state_dict.get("seconds", 0.0))

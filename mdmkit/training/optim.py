@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from mdmkit.core.config import Validated, require
+from mdmkit.core.config import Validated, duration_seconds, require
 
 ANNEAL_BY = ("max_steps", "max_time")  # what ends the cosine decay (OptimConfig.anneal_by)
 
@@ -19,6 +19,8 @@ class OptimConfig(Validated):
 
     `anneal_by="max_time"` ends the decay by `trainer.max_time` where that comes before `trainer.max_steps`: a
     time-boxed leg (a device call) then stops annealed instead of at a learning rate still near its peak.
+    `anneal_time` ("DD:HH:MM:SS") makes that decay span the training time of a run resumed over several calls
+    instead of this call's limit: a session's first call stops part-way down and the resumed second ends it.
     """
 
     lr: float = 1e-3
@@ -27,6 +29,7 @@ class OptimConfig(Validated):
     warmup_steps: int = 500
     min_lr_ratio: float = 0.1
     anneal_by: str = "max_steps"
+    anneal_time: str | None = None
 
     def validate(self) -> None:
         require(self.lr > 0, f"lr={self.lr} must be > 0")
@@ -35,6 +38,10 @@ class OptimConfig(Validated):
         require(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps} must be >= 0")
         require(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio={self.min_lr_ratio} must lie in [0, 1]")
         require(self.anneal_by in ANNEAL_BY, f"anneal_by={self.anneal_by} must be one of {', '.join(ANNEAL_BY)}")
+        require(self.anneal_time is None or (duration_seconds(self.anneal_time) or 0) > 0,
+                f"anneal_time={self.anneal_time} must be null or a positive \"DD:HH:MM:SS\" (e.g. '00:00:11:30')")
+        require(self.anneal_time is None or self.anneal_by == "max_time",
+                "anneal_time is the time the decay spans: it needs anneal_by=max_time")
 
     def adamw(self, network: torch.nn.Module) -> torch.optim.AdamW:
         """AdamW over the trainable parameters; weight decay on matrices only (not biases, norms)."""

@@ -6,14 +6,13 @@ model spec, objective, optimizer, samplers), which imports torch but still not L
 
 from __future__ import annotations
 
-import re
 from inspect import signature
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require, require_bool, require_int
+from mdmkit.core.config import build, duration_seconds, require, require_bool, require_int
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
 
@@ -23,7 +22,6 @@ SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
 DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
                        "stuck_mask_rate"})
-_DURATION = re.compile(r"\d+:\d\d:\d\d:\d\d")  # trainer.max_time, as Lightning reads it
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
@@ -79,7 +77,7 @@ def check_run(cfg: DictConfig) -> None:
                 "learning-rate schedule)")
     max_time = trainer.get("max_time")
     require(max_time is None or isinstance(max_time, (dict, DictConfig))
-            or (isinstance(max_time, str) and _DURATION.fullmatch(max_time.strip()) is not None),
+            or duration_seconds(max_time) is not None,
             f"trainer: max_time={max_time} must be \"DD:HH:MM:SS\" (e.g. '00:00:09:30') or a dict of timedelta units")
     anneal_by = (cfg.get("optim") or {}).get("anneal_by")
     require(anneal_by != "max_time" or max_time is not None,

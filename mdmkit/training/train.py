@@ -15,7 +15,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
 from mdmkit.analysis.pareto import derive_family, row_label
-from mdmkit.core.config import build, to_container
+from mdmkit.core.config import build, duration_seconds, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
@@ -98,13 +98,17 @@ def start_from(module: MDMModule, path: str) -> None:
 
 
 def _time_limit(cfg: DictConfig) -> list[Callback]:
-    """`trainer.max_time` as a limit on this call (a resumed run gets it afresh), and the decay it may end."""
+    """`trainer.max_time` as a limit on this call (a resumed run gets it afresh), and the decay it may end (or
+    `optim.anneal_time`, a span over the run's calls)."""
     max_time = cfg.trainer.get("max_time")
     if max_time is None:
         return []
     timer = CallTimer(duration=to_container(max_time) if isinstance(max_time, DictConfig) else max_time)
-    anneal = (cfg.get("optim") or {}).get("anneal_by") == "max_time"
-    return [timer, AnnealByTime(timer)] if anneal else [timer]
+    optim = cfg.get("optim") or {}
+    if optim.get("anneal_by") != "max_time":
+        return [timer]
+    span = optim.get("anneal_time")
+    return [timer, AnnealByTime(timer, None if span is None else duration_seconds(span))]
 
 
 def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
