@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from itertools import pairwise
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from conftest import TINY, compose_config, run_cli
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.training.module import MDMModule
 from mdmkit.training.train import run_training
 
 
@@ -90,7 +92,6 @@ def test_ctrl_c_keeps_the_step_reached_and_resumes_exactly(tmp_path: Path, monke
                                                           capsys: pytest.CaptureFixture) -> None:
     """Without `checkpoint_every`, last.ckpt is refreshed at each validation's step and written on Ctrl-C (or
     SIGTERM): an interrupted run resumes from where it stopped, to the uninterrupted run's exact state."""
-    from mdmkit.training.module import MDMModule
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     common = ["trainer.max_steps=6", "trainer.val_check_interval=2", "evaluate_after_training=false"]
@@ -151,15 +152,25 @@ def _logged_lrs(run: Path) -> list[float]:
     return [float(row[1]) for row in rows if row[1]]  # the column after `epoch`: lr-AdamW
 
 
-def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path) -> None:
+def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """optim.anneal_time: the decay spans the training time of all calls of a resumed run. The first of two
     2-second calls under a 4-second span stops about half-way down the cosine, and the resumed call goes on
     from there to its end (resumed without the span, a call starts again near the peak: the step count's
-    cosine over 100k steps has barely begun)."""
+    cosine over 100k steps has barely begun). The validation Lightning runs after the time limit stopped
+    training is not training time: made slow here, it must not count."""
+    validation_step = MDMModule.validation_step
+
+    def slow_validation(module: MDMModule, *args: object) -> object:
+        if module.trainer.global_step > 0:  # not the sanity check before training
+            time.sleep(1.0)
+        return validation_step(module, *args)
+
+    monkeypatch.setattr(MDMModule, "validation_step", slow_validation)
     span = [*TIME_BOXED, "optim.anneal_by=max_time", "optim.anneal_time='00:00:00:04'", "trainer.log_every_n_steps=1"]
     train(tmp_path / "first", *span)
     first = torch.load(tmp_path / "first/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
-    assert 2.0 <= first["callbacks"]["AnnealByTime"]["seconds"] < 3.0
+    assert first["callbacks"]["CallTimer"]["time_elapsed"]["train"] >= 3.0  # the slow validation ran
+    assert 2.0 <= first["callbacks"]["AnnealByTime"]["seconds"] < 2.5
     (halfway,) = set(_last_lr(tmp_path / "first"))
     assert 3e-4 < halfway < 8e-4  # lr 1e-3, min_lr_ratio 0.1: 5.5e-4 half-way through the span
 

@@ -108,13 +108,12 @@ class AnnealByTime(Callback):
     def __init__(self, timer: CallTimer, span: float | None = None) -> None:
         self.timer, self.span = timer, span
         self.seconds_before = 0.0  # training time of the calls this run resumed from
-
-    def seconds(self) -> float:
-        """Training time of the run so far, over all its calls."""
-        return self.seconds_before + self.timer.time_elapsed("train")
+        self.seconds = 0.0  # training time of the run at the end of its last step, over all its calls
 
     def spent(self) -> float:
-        return self.timer.spent() if self.span is None else min(1.0, self.seconds() / self.span)
+        if self.span is None:
+            return self.timer.spent()
+        return min(1.0, (self.seconds_before + self.timer.time_elapsed("train")) / self.span)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         spent = trainer.strategy.broadcast(self.spent())
@@ -122,8 +121,13 @@ class AnnealByTime(Callback):
             if isinstance(config.scheduler, WarmupCosine):
                 config.scheduler.time_spent = spent
 
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        # not at the checkpoint: the validation Lightning runs once the time limit has stopped training is no
+        # training time, and on a CPU it can take minutes
+        self.seconds = self.seconds_before + self.timer.time_elapsed("train")
+
     def state_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds()}
+        return {"seconds": self.seconds}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.seconds_before = float(state_dict.get("seconds", 0.0))
+        self.seconds_before = self.seconds = float(state_dict.get("seconds", 0.0))
