@@ -13,6 +13,9 @@
 #   device run: scripts/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
 # With EXTRA=data.stuck_fraction=..., carry the split's stuck points too (the .stuck.npz beside it), else they are
 # made there first (about 2 minutes of one core).
+# A leg over two calls of one session: the first with DEADLINE=0 (no sweep) and EXTRA holding
+# optim.anneal_time=<both calls' training time>, the second at once on the still-warm machine with the same EXTRA:
+# device_train.sh resumes the run's last.ckpt there and the decay ends (docs/results/notes/paper_device_legs.md).
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
 # logged) rather than losing the leg.
