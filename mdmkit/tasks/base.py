@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -123,9 +123,14 @@ class PuzzleTask(Validated):
     n_val: int = 1_000
     n_test: int = 1_000
     seed: int = 0
-    cache_dir: str = field(default_factory=default_cache_dir)
+    cache_dir: str | None = None  # None: default_cache_dir(), resolved when the task is made
     test_file: str | None = None  # evaluate on puzzles from a file instead of the generated test split
     workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.cache_dir is None:
+            object.__setattr__(self, "cache_dir", default_cache_dir())
+        super().__post_init__()
 
     def validate(self) -> None:
         require(self.n_train >= 1, f"n_train={self.n_train} must be >= 1")
