@@ -92,7 +92,6 @@ def test_ctrl_c_keeps_the_step_reached_and_resumes_exactly(tmp_path: Path, monke
                                                           capsys: pytest.CaptureFixture) -> None:
     """Without `checkpoint_every`, last.ckpt is refreshed at each validation's step and written on Ctrl-C (or
     SIGTERM): an interrupted run resumes from where it stopped, to the uninterrupted run's exact state."""
-
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     common = ["trainer.max_steps=6", "trainer.val_check_interval=2", "evaluate_after_training=false"]
     train(straight, *common)
