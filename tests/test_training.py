@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 from itertools import pairwise
@@ -147,8 +148,8 @@ def test_anneal_by_max_time_ends_the_decay_with_the_time_limit(tmp_path: Path, a
 
 
 def _logged_lrs(run: Path) -> list[float]:
-    rows = (line.split(",") for line in (run / "csv/version_0/metrics.csv").read_text().splitlines()[1:])
-    return [float(row[1]) for row in rows if row[1]]  # the column after `epoch`: lr-AdamW
+    with (run / "csv/version_0/metrics.csv").open() as handle:
+        return [float(row["lr-AdamW/pg1"]) for row in csv.DictReader(handle) if row["lr-AdamW/pg1"]]
 
 
 def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

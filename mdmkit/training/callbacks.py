@@ -110,10 +110,11 @@ class AnnealByTime(Callback):
         self.seconds_before = 0.0  # training time of the calls this run resumed from
         self.seconds = 0.0  # training time of the run at the end of its last step, over all its calls
 
+    def _run_seconds(self) -> float:
+        return self.seconds_before + self.timer.time_elapsed("train")
+
     def spent(self) -> float:
-        if self.span is None:
-            return self.timer.spent()
-        return min(1.0, (self.seconds_before + self.timer.time_elapsed("train")) / self.span)
+        return self.timer.spent() if self.span is None else min(1.0, self._run_seconds() / self.span)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         spent = trainer.strategy.broadcast(self.spent())
@@ -124,7 +125,7 @@ class AnnealByTime(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         # not at the checkpoint: the validation Lightning runs once the time limit has stopped training is no
         # training time, and on a CPU it can take minutes
-        self.seconds = self.seconds_before + self.timer.time_elapsed("train")
+        self.seconds = self._run_seconds()
 
     def state_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds}
