@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def joined_metrics(legs: list[tuple[Path, dict]]) -> tuple[dict[str, list[tuple[
     return series, starts
 
 
+def step_rate(leg: Path) -> float | None:
+    """The leg's training steps a second: the median of its logged windows (`train/steps_per_s`: the first holds
+    the start-up), None for a run logged before the rate was."""
+    rates = [value for _, value in read_metrics(leg).get("train/steps_per_s", [])]
+    return statistics.median(rates) if rates else None
+
+
 def started_from(config: dict) -> str:
     if config.get("ckpt_path"):
         return f"resumed `{config['ckpt_path']}`"
@@ -119,11 +127,12 @@ def leg_table(legs: list[tuple[Path, dict]]) -> list[str]:
     rows, first = [], 0
     for number, (leg, r) in enumerate(legs, start=1):
         started = r["started"] + (f", then resumed ({r['calls']} calls)" if r["calls"] > 1 else "")
+        rate = "" if r["steps_per_s"] is None else f"{r['steps_per_s']:.1f}"
         rows.append([number, f"`{leg}`", started, f"{first}-{first + r['global_step']}",
-                     f"{r['train_time_s'] / 60:.1f}", r["machine"], r["time"]])
+                     f"{r['train_time_s'] / 60:.1f}", rate, r["machine"], r["time"]])
         first += r["global_step"]
-    header = ["leg", "run directory", "started", "steps (joined)", "minutes", "machine", "finished"]
-    return [markdown_table(header, rows, align="rlllrll"), ""]
+    header = ["leg", "run directory", "started", "steps (joined)", "minutes", "steps/s", "machine", "finished"]
+    return [markdown_table(header, rows, align="rllrrrll"), ""]
 
 
 def main() -> None:
@@ -148,6 +157,7 @@ def main() -> None:
     missing = [str(leg / "model.pt") for leg, found in legs if found is None]
     if missing:
         raise SystemExit(f"no train record for {', '.join(missing)} in {args.results_file} or the legs' results.jsonl")
+    legs = [(leg, {**r, "steps_per_s": step_rate(leg)}) for leg, r in legs]
     record = legs[-1][1]
     committed = f"checkpoints/{args.name}.pt"
     evaluations = [r for r in records if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
@@ -166,7 +176,8 @@ def main() -> None:
         "train_time_s": train_time,
         "steps": steps,
         "legs": [{"dir": str(leg), "steps": r["global_step"], "train_time_s": r["train_time_s"],
-                  "calls": r["calls"], "machine": r["machine"], "started": r["started"], "time": r["time"]}
+                  "calls": r["calls"], "steps_per_s": r["steps_per_s"], "machine": r["machine"],
+                  "started": r["started"], "time": r["time"]}
                  for leg, r in legs],
         "test_accuracy": tested["accuracy"],
         "test_examples": tested["n"],
@@ -193,7 +204,9 @@ def main() -> None:
         ["NFE per sample",
          f"mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']}"],
         ["training", (f"{steps} steps, batch {config['data']['batch_size']}, {train_time / 60:.1f} min on {machines}"
-                      + (f", in {len(legs)} legs" if len(legs) > 1 else ""))],
+                      + (f", in {len(legs)} legs" if len(legs) > 1 else "")
+                      + (f", {rate:.1f} steps/s (median of the logged windows)"
+                         if len(legs) == 1 and (rate := legs[0][1]["steps_per_s"]) is not None else ""))],
         ["model", shape],
         ["task", f"`{json.dumps(task)}`"],
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from conftest import TINY, compose_config, run_cli
 from omegaconf import OmegaConf
 
 from mdmkit.core.errors import CheckpointError, ConfigError
+from mdmkit.training.datamodule import step_indexed_loader
 from mdmkit.training.optim import OptimConfig
 from mdmkit.training.resume import ResumePlan, plan_resume, wandb_run_id
 from mdmkit.training.train import run_training
@@ -165,3 +167,12 @@ def test_optimizer_overrides_on_resume_take_effect(tmp_path: Path) -> None:
     groups = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["optimizer_states"][0]
     assert [(g["weight_decay"], tuple(g["betas"])) for g in groups["param_groups"]] == [(0.3, (0.8, 0.9)),
                                                                                          (0.0, (0.8, 0.9))]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_training_loader_goes_on_at_the_step_reached_and_pins_batches_for_a_gpu(device: str) -> None:
+    """A copy from pageable memory makes the host wait for the GPU's queue: a GPU's batches come pinned."""
+    trainer = SimpleNamespace(global_step=3, accumulate_grad_batches=2, global_rank=0, world_size=1,
+                              strategy=SimpleNamespace(root_device=torch.device(device)))
+    loader = step_indexed_loader(trainer, [((torch.arange(10),), 2)], seed=0)
+    assert loader.dataset.start_step == 6 and loader.pin_memory is (device == "cuda")

@@ -120,6 +120,7 @@ def test_training_steps_hand_the_stuck_rows_rate_to_the_objective(monkeypatch: p
     monkeypatch.setattr(module, "log", lambda *args, **kwargs: None)
     monkeypatch.setattr(MDMModule, "global_step", property(lambda self: 0))  # no trainer attached
     monkeypatch.setattr("mdmkit.training.module.step_generator", lambda module, step: torch.Generator())
+    monkeypatch.setattr("mdmkit.training.module.loss_on_progress_bar", lambda module: False)
     tokens, answer_mask = torch.zeros(4, 89, dtype=torch.long), torch.ones(4, 89, dtype=torch.bool)
     module.training_step((tokens, answer_mask), 0)
     assert seen == {}

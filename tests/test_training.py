@@ -184,6 +184,42 @@ def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, monkeypatc
         assert 1e-4 <= lr < 1.1e-4  # the span is spent: the decay's end
 
 
+@pytest.mark.parametrize("bar", [False, True])
+def test_the_loss_goes_to_the_progress_bar_only_where_one_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                bar: bool) -> None:
+    """Lightning turns the progress bar's values into Python numbers after every step: on a GPU, a sync that stops
+    the host queueing the next step. A run without a bar (every device leg) must give it none."""
+    seen: list[dict] = []
+    monkeypatch.setattr(MDMModule, "on_train_end",
+                        lambda module: seen.append(dict(module.trainer.progress_bar_metrics)))
+    train(tmp_path, f"trainer.enable_progress_bar={str(bar).lower()}", "evaluate_after_training=false")
+    assert ("train/loss" in seen[0]) is bar
+
+
+def test_the_logged_step_rate_times_training_and_leaves_validation_out(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """train/steps_per_s over windows of log_every_n_steps: each step here takes >= 0.1 s, so no window can pass 10
+    steps/s; each 2-step window holds a validation slowed to >= 1 s, which counted would put it under 1.7."""
+    training_step, validation_step = MDMModule.training_step, MDMModule.validation_step
+
+    def slow_step(module: MDMModule, *args: object) -> object:
+        time.sleep(0.1)
+        return training_step(module, *args)
+
+    def slow_validation(module: MDMModule, *args: object) -> object:
+        time.sleep(1.0)
+        return validation_step(module, *args)
+
+    monkeypatch.setattr(MDMModule, "training_step", slow_step)
+    monkeypatch.setattr(MDMModule, "validation_step", slow_validation)
+    train(tmp_path, "trainer.max_steps=8", "trainer.log_every_n_steps=2", "evaluate_after_training=false")
+    with (tmp_path / "csv/version_0/metrics.csv").open() as handle:
+        rates = {int(row["step"]): float(row["train/steps_per_s"])
+                 for row in csv.DictReader(handle) if row["train/steps_per_s"]}
+    assert sorted(rates) == [2, 4, 6]  # a window ends where the next step starts: none after the last
+    assert all(3.0 < rate <= 10.0 for rate in rates.values()), rates
+
+
 def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> None:
     train(tmp_path, "evaluate_after_training=false")
     results = tmp_path / "eval.jsonl"

@@ -59,6 +59,7 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
     assert len(second) == 3 and [step for step, _ in data["val_accuracy"]] == first + [2 + s for s in second]
     page = (tmp_path / "chained.md").read_text()
     assert "8 steps" in page and "in 2 legs" in page and "then resumed (2 calls)" in page
+    assert all(leg["steps_per_s"] > 0 for leg in data["legs"]) and "| steps/s |" in page  # train/steps_per_s
 
 
 def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:

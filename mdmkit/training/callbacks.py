@@ -4,6 +4,7 @@ or by a time span over the calls of a resumed run."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import lightning as L
@@ -83,6 +84,34 @@ class StepProgressBar(RichProgressBar):
 def progress_bar() -> Callback:
     """The progress bar a run shows (Lightning's own choice, with the step description where it is Rich's)."""
     return StepProgressBar() if _RICH_AVAILABLE else TQDMProgressBar()
+
+
+class StepRate(Callback):
+    """Logs `train/steps_per_s` every `trainer.log_every_n_steps` steps: the steps of that window over its seconds,
+    validation left out. The loggers read the logged tensors once a window, which waits for the GPU, so the
+    host's clock cannot run ahead of it by more than a window: over a window it times the GPU's steps. The first
+    window holds the start-up (a compile): a leg's rate is the median of its windows."""
+
+    def __init__(self) -> None:
+        self.window: tuple[int, float] | None = None  # (step, clock) the window began at
+        self.validation_seconds = 0.0  # within the window
+        self.validation_began = 0.0
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        step, now = trainer.global_step, time.perf_counter()
+        if self.window is not None and step - self.window[0] < trainer.log_every_n_steps:
+            return
+        if self.window is not None:
+            seconds = now - self.window[1] - self.validation_seconds
+            for logger in trainer.loggers:
+                logger.log_metrics({"train/steps_per_s": (step - self.window[0]) / seconds}, step=step)
+        self.window, self.validation_seconds = (step, now), 0.0
+
+    def on_validation_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.validation_began = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.validation_seconds += time.perf_counter() - self.validation_began
 
 
 class CallTimer(Timer):

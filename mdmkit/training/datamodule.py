@@ -47,10 +47,13 @@ class StepIndexedBatches(IterableDataset):
 
 def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: int,
                         transform: Transform | None = None) -> DataLoader:
-    """The training loader that continues at the trainer's step (0 without a trainer) on this rank."""
+    """The training loader that continues at the trainer's step (0 without a trainer) on this rank. Batches for a
+    GPU come in pinned memory: copied from pageable memory, each batch would make the host wait for the GPU."""
     start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
     rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-    return DataLoader(StepIndexedBatches(pools, seed, start, rank, world, transform), batch_size=None)
+    pinned = trainer is not None and trainer.strategy.root_device.type == "cuda"
+    return DataLoader(StepIndexedBatches(pools, seed, start, rank, world, transform), batch_size=None,
+                      pin_memory=pinned)
 
 
 class PuzzleDataModule(L.LightningDataModule):

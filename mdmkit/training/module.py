@@ -26,6 +26,12 @@ def step_generator(module: L.LightningModule, salt: int) -> torch.Generator:
     return seeded_generator(seed, module.device)
 
 
+def loss_on_progress_bar(module: L.LightningModule) -> bool:
+    """Whether the training loss goes to a progress bar: only where one shows. Lightning turns a bar's values into
+    Python numbers after every step, a GPU sync that stops the host queueing the next step ahead of the GPU."""
+    return module.trainer.progress_bar_callback is not None
+
+
 class MDMModule(L.LightningModule):
     """Network + objective + EMA; validation reports masked loss and a fixed sampler's accuracy."""
 
@@ -71,7 +77,7 @@ class MDMModule(L.LightningModule):
         generator = step_generator(self, self.global_step)
         loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator,
                                        *fixed_rate)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss
 

@@ -69,9 +69,11 @@ def time_training_steps(config: dict[str, Any], pool: Split, batch_size: int, de
 
     def step(number: int) -> None:
         index = torch.randint(len(pool), (batch_size,), generator=draws)
+        batch = (pool.tokens[index], pool.answer_mask[index])
+        if device.type == "cuda":  # pinned, as the training loader gives a GPU its batches
+            batch = tuple(column.pin_memory() for column in batch)
         # non-blocking, as Lightning moves a batch to a GPU
-        tokens, answer_mask = (pool.tokens[index].to(device, non_blocking=True),
-                               pool.answer_mask[index].to(device, non_blocking=True))
+        tokens, answer_mask = (column.to(device, non_blocking=True) for column in batch)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss, _ = module.objective(module.train_network, tokens, answer_mask, module.task.mask_id, noise)
         loss.backward()

@@ -30,7 +30,14 @@ from mdmkit.io.checkpoint import (
     shape_mismatch,
 )
 from mdmkit.io.results import append_record
-from mdmkit.training.callbacks import AnnealByTime, CallTimer, LogAtGlobalStep, RunCheckpoints, progress_bar
+from mdmkit.training.callbacks import (
+    AnnealByTime,
+    CallTimer,
+    LogAtGlobalStep,
+    RunCheckpoints,
+    StepRate,
+    progress_bar,
+)
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import check_run
@@ -127,7 +134,7 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     try:
         loggers = _loggers(cfg, output_dir)
         if loggers:  # logger=none: Lightning refuses a learning-rate monitor with nothing to write to
-            callbacks.append(LearningRateMonitor(logging_interval="step"))
+            callbacks += [LearningRateMonitor(logging_interval="step"), StepRate()]
         callbacks += _time_limit(cfg)
         trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks,
                         default_root_dir=str(output_dir), max_time=None)

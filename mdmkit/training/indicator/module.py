@@ -27,7 +27,7 @@ from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.protocol import Sampled
 from mdmkit.training.indicator.data import Batch
 from mdmkit.training.indicator.trajectories import TrajectoryConfig
-from mdmkit.training.module import step_generator
+from mdmkit.training.module import loss_on_progress_bar, step_generator
 from mdmkit.training.optim import OptimConfig
 
 
@@ -69,7 +69,7 @@ class IndicatorModule(L.LightningModule):
         loss = F.cross_entropy(logits, labels)
         predicted, positive = self._predicted(logits), labels.bool()
         hits = (predicted & positive).sum()
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({
             "train/accuracy": (predicted == positive).float().mean(),
             "train/precision": hits / predicted.sum().clamp(min=1),
