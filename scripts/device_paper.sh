@@ -27,6 +27,12 @@ started=$SECONDS
 source "$(dirname "$0")/device_env.sh" || exit 1
 export OUT TORCHDYNAMO_SUPPRESS_ERRORS=${TORCHDYNAMO_SUPPRESS_ERRORS:-1}
 mkdir -p "$OUT"
+# the GPU's busy share every 2 s: near 100% while training, the GPU is the limit; well under, the host is
+SAMPLER=
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 > "$OUT/gpu_utilization.csv" 2>&1 &
+    SAMPLER=$!
+fi
 
 leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
     local name=$1
@@ -47,7 +53,9 @@ leg() {  # NAME: train, then sweep the fronts on the trained model until the dea
     echo "[$name] sweep ended ($?) at ${SECONDS}s with $(wc -l < "$OUT/${name}_fronts.jsonl" 2>/dev/null || echo 0) rows"
 }
 
-for name in $MODELS; do leg "$name" & done
-wait
+LEGS=()
+for name in $MODELS; do leg "$name" & LEGS+=($!); done
+[ ${#LEGS[@]} -eq 0 ] || wait "${LEGS[@]}"  # not a bare `wait`: the sampler never ends
+[ -z "$SAMPLER" ] || kill "$SAMPLER"
 grep -h "trained\|accuracy\|Error\|error" "$OUT"/*.log | tail -n 20
 ls -la "$OUT"
