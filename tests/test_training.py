@@ -89,6 +89,23 @@ def test_resume_continues_exactly_the_same_run(tmp_path: Path) -> None:
         assert torch.equal(expected[name], actual[name]), name  # network, EMA and optimizer state alike
 
 
+def test_batches_made_by_worker_processes_train_the_same_run(tmp_path: Path) -> None:
+    """data.workers=2: the workers make alternate steps' batches (augmented, stuck rows from their own draws) and
+    the loader takes them in turn, so a run made that way, and resumed half-way, ends where one made in the
+    training process does."""
+    alone, workers, resumed = tmp_path / "alone", tmp_path / "workers", tmp_path / "resumed"
+    common = ["trainer.max_steps=6", "trainer.val_check_interval=3", "evaluate_after_training=false",
+              "data.augment=true"]
+    train(alone, *common)
+    train(workers, *common, "data.workers=2", "checkpoint_every=3")
+    midway = next((workers / "checkpoints").glob("step0000003.ckpt"))
+    train(resumed, *common, "data.workers=2", f"ckpt_path={midway}")
+    expected = _weights(alone / "checkpoints/last.ckpt")
+    for run in (workers, resumed):
+        actual = _weights(run / "checkpoints/last.ckpt")
+        assert all(torch.equal(expected[name], actual[name]) for name in expected), run.name
+
+
 def test_ctrl_c_keeps_the_step_reached_and_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture) -> None:
     """Without `checkpoint_every`, last.ckpt is refreshed at each validation's step and written on Ctrl-C (or

@@ -6,12 +6,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
 from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
 from mdmkit.training.preflight import stuck_rows
 
+WORKER_TIMEOUT_S = 300
 Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
 Pool = tuple[tuple[torch.Tensor, ...], int]  # (columns sharing their first dimension, rows each batch takes)
 
@@ -22,7 +23,8 @@ class StepIndexedBatches(IterableDataset):
     Each batch takes a fixed number of rows from each pool, drawn with replacement, so there are no epochs
     whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs no
     distributed sampler. `transform` (e.g. a task's random symmetries) draws from the same seeded generator,
-    after the rows, so it replays on a resume as well.
+    after the rows, so it replays on a resume as well. Under k loader workers, worker w makes steps w, w + k, ...:
+    the loader takes their batches in turn, so the stream is the same as in one process.
     """
 
     def __init__(self, pools: Sequence[Pool], seed: int, start_step: int, rank: int, world_size: int,
@@ -32,7 +34,9 @@ class StepIndexedBatches(IterableDataset):
         self.transform = transform
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        step = self.start_step
+        worker = get_worker_info()
+        first, stride = (worker.id, worker.num_workers) if worker is not None else (0, 1)
+        step = self.start_step + first
         generator = torch.Generator()
         while True:
             generator.manual_seed(stream_seed(self.seed, step, self.rank, self.world_size))
@@ -42,18 +46,20 @@ class StepIndexedBatches(IterableDataset):
                 parts.append([column[index] for column in columns])
             batch = tuple(torch.cat(column) for column in zip(*parts))
             yield batch if self.transform is None else self.transform(*batch, generator)
-            step += 1
+            step += stride
 
 
 def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: int,
-                        transform: Transform | None = None) -> DataLoader:
-    """The training loader that continues at the trainer's step (0 without a trainer) on this rank. Batches for a
-    GPU come in pinned memory: copied from pageable memory, each batch would make the host wait for the GPU."""
+                        transform: Transform | None = None, workers: int = 0) -> DataLoader:
+    """The training loader that continues at the trainer's step (0 without a trainer) on this rank, its batches made
+    by `workers` processes (0: in the training process). Batches for a GPU come in pinned memory: copied from
+    pageable memory, each batch would make the host wait for the GPU."""
     start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
     rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
     pinned = trainer is not None and trainer.strategy.root_device.type == "cuda"
+    # a batch takes milliseconds: a worker silent for minutes is stuck, and training stops with an error, not a hang
     return DataLoader(StepIndexedBatches(pools, seed, start, rank, world, transform), batch_size=None,
-                      pin_memory=pinned)
+                      pin_memory=pinned, num_workers=workers, timeout=WORKER_TIMEOUT_S if workers else 0)
 
 
 class PuzzleDataModule(L.LightningDataModule):
@@ -61,12 +67,14 @@ class PuzzleDataModule(L.LightningDataModule):
     `stuck_fraction`: that share of each training batch (at least one row) drawn from the training split's
     stuck points (`PuzzleTask.stuck_points`), the rest from the split itself. `stuck_mask_rate`: the objective's
     masking rate for those rows (1.0: the exact stuck grid), carried as a third column, NaN on the other rows;
-    None draws it as for any row."""
+    None draws it as for any row. `workers`: processes that make the training batches beside the training one, so a
+    GPU's step need not wait for the host to make the next batch."""
 
     def __init__(self, task: PuzzleTask, batch_size: int, eval_batch_size: int, val_examples: int, seed: int,
-                 augment: bool = False, stuck_fraction: float = 0.0, stuck_mask_rate: float | None = None) -> None:
+                 augment: bool = False, stuck_fraction: float = 0.0, stuck_mask_rate: float | None = None,
+                 workers: int = 0) -> None:
         super().__init__()
-        self.task, self.augment = task, augment
+        self.task, self.augment, self.workers = task, augment, workers
         self.stuck_mask_rate = None if stuck_mask_rate is None else float(stuck_mask_rate)
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
@@ -93,7 +101,8 @@ class PuzzleDataModule(L.LightningDataModule):
         if self.stuck_mask_rate is not None:
             pools = [((*columns, torch.full((len(columns[0]),), rate)), rows)
                      for (columns, rows), rate in zip(pools, (float("nan"), self.stuck_mask_rate))]
-        return step_indexed_loader(self.trainer, pools, self.seed, self._augment if self.augment else None)
+        return step_indexed_loader(self.trainer, pools, self.seed, self._augment if self.augment else None,
+                                   self.workers)
 
     def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, *rest: torch.Tensor
                  ) -> tuple[torch.Tensor, ...]:

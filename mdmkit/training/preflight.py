@@ -21,7 +21,7 @@ _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.O
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
 DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
-                       "stuck_mask_rate"})
+                       "stuck_mask_rate", "workers"})
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
@@ -44,6 +44,7 @@ def check_data(data: DictConfig, trains_indicator: bool) -> None:
     require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
     for name in ("batch_size", "eval_batch_size", "val_examples"):
         require_int(f"data.{name}", data.get(name), 1)
+    require_int("data.workers", data.get("workers", 0), 0)
     augment = data.get("augment", False)
     require_bool("data.augment", augment)
     require(not (augment and trains_indicator),

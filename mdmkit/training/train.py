@@ -166,7 +166,7 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
                                   data.get("augment", False), data.get("stuck_fraction", 0.0),
-                                  data.get("stuck_mask_rate"))
+                                  data.get("stuck_mask_rate"), data.get("workers", 0))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"

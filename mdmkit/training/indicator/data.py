@@ -23,9 +23,9 @@ class TrajectoryDataModule(L.LightningDataModule):
     """Records the trajectories if missing (resumable), then trains on all but the last `val_examples`."""
 
     def __init__(self, config: TrajectoryConfig, task: PuzzleTask, batch_size: int, eval_batch_size: int,
-                 val_examples: int, seed: int) -> None:
+                 val_examples: int, seed: int, workers: int = 0) -> None:
         super().__init__()
-        self.config, self.task = config, task
+        self.config, self.task, self.workers = config, task, workers
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
         require(config.n_examples > val_examples,  # checked before any trajectory is recorded
@@ -49,7 +49,7 @@ class TrajectoryDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         data = self.train_data
         return step_indexed_loader(self.trainer, [((data.tokens, data.reveal_step, data.steps), self.batch_size)],
-                                   self.seed)
+                                   self.seed, workers=self.workers)
 
     def val_dataloader(self) -> DataLoader:
         val = self.val_data

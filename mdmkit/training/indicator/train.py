@@ -34,7 +34,7 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
     data = cfg.data
     module = IndicatorModule(config)
     datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
-                                      data.val_examples, cfg.seed)
+                                      data.val_examples, cfg.seed, data.get("workers", 0))
     size = num_parameters(module.indicator)
     share = size / num_parameters(module.base)
     banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
