@@ -98,8 +98,8 @@ class StepRate(Callback):
         self.validation_began = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        step, now = trainer.global_step, time.perf_counter()
-        if self.window is not None and step - self.window[0] < trainer.log_every_n_steps:
+        step, now, every = trainer.global_step, time.perf_counter(), trainer.log_every_n_steps
+        if every == 0 or (self.window is not None and step - self.window[0] < every):  # 0: Lightning logs nothing
             return
         if self.window is not None:
             seconds = now - self.window[1] - self.validation_seconds
