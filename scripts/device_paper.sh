@@ -30,7 +30,7 @@ mkdir -p "$OUT"
 # the GPU's busy share every 2 s: near 100% while training, the GPU is the limit; well under, the host is
 SAMPLER=
 if command -v nvidia-smi > /dev/null; then
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 > "$OUT/gpu_utilization.csv" 2>&1 &
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 > "$OUT/gpu_utilization.csv" 2> /dev/null &
     SAMPLER=$!
 fi
 

@@ -36,7 +36,7 @@ install_leg() {
     else
         echo "no device fronts in $FROM: docs/results/sudoku_paper_fronts.jsonl still holds the replaced model's rows"
     fi
-    if [ -f "$FROM/gpu_utilization.csv" ]; then  # device_paper.sh's samples: mostly training, at ~8 of 10 minutes
+    if [ -f "$FROM/gpu_utilization.csv" ]; then  # device_paper.sh's samples, most of them while training
         echo "GPU busy, median of this call's 2-s samples: $(awk -F', ' 'NR > 1 {print $2 + 0}' \
             "$FROM/gpu_utilization.csv" | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')%"
     fi
