@@ -69,24 +69,25 @@ def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
             "started": started_from(matching[0]["config"])}
 
 
-def joined_metrics(legs: list[tuple[Path, dict]]) -> tuple[dict[str, list[tuple[int, float]]], list[int]]:
-    """Every leg's series on one step axis (a leg's steps start where the leg before stopped) and the steps at
-    which legs 2, 3, ... began."""
+def joined_metrics(legs: list[tuple[dict[str, list[tuple[int, float]]], dict]]
+                   ) -> tuple[dict[str, list[tuple[int, float]]], list[int]]:
+    """Every leg's series (`read_metrics`, with the leg's train record) on one step axis (a leg's steps start where
+    the leg before stopped) and the steps at which legs 2, 3, ... began."""
     series: dict[str, list[tuple[int, float]]] = {}
     offset, starts = 0, []
-    for number, (leg, record) in enumerate(legs):
+    for number, (metrics, record) in enumerate(legs):
         if number:
             starts.append(offset)
-        for key, points in read_metrics(leg).items():
+        for key, points in metrics.items():
             series.setdefault(key, []).extend((offset + step, value) for step, value in points)
         offset += record["global_step"]
     return series, starts
 
 
-def step_rate(leg: Path) -> float | None:
-    """The leg's training steps a second: the median of its logged windows (`train/steps_per_s`: the first holds
+def step_rate(metrics: dict[str, list[tuple[int, float]]]) -> float | None:
+    """A leg's training steps a second: the median of its logged windows (`train/steps_per_s`: the first holds
     the start-up), None for a run logged before the rate was."""
-    rates = [value for _, value in read_metrics(leg).get("train/steps_per_s", [])]
+    rates = [value for _, value in metrics.get("train/steps_per_s", [])]
     return statistics.median(rates) if rates else None
 
 
@@ -157,12 +158,13 @@ def main() -> None:
     missing = [str(leg / "model.pt") for leg, found in legs if found is None]
     if missing:
         raise SystemExit(f"no train record for {', '.join(missing)} in {args.results_file} or the legs' results.jsonl")
-    legs = [(leg, {**r, "steps_per_s": step_rate(leg)}) for leg, r in legs]
+    metrics = [read_metrics(leg) for leg in leg_dirs]
+    legs = [(leg, {**r, "steps_per_s": step_rate(m)}) for (leg, r), m in zip(legs, metrics)]
     record = legs[-1][1]
     committed = f"checkpoints/{args.name}.pt"
     evaluations = [r for r in records if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
     tested = evaluations[-1] if evaluations else record
-    series, leg_starts = joined_metrics(legs)
+    series, leg_starts = joined_metrics([(m, r) for m, (_, r) in zip(metrics, legs)])
     page = Page(args.out / args.name)
     steps = sum(r["global_step"] for _, r in legs)
     train_time = sum(r["train_time_s"] for _, r in legs)
@@ -191,6 +193,9 @@ def main() -> None:
         "task": config["task"],
         "val_accuracy": series.get("val/accuracy", []),
     }
+    rate = record["steps_per_s"]  # several legs: each one's in the leg table
+    how_fast = (f", in {len(legs)} legs" if len(legs) > 1
+                else "" if rate is None else f", {rate:.1f} steps/s (median of the logged windows)")
     sampler, model = tested["sampler"], config["model"]
     task = {k: v for k, v in config["task"].items() if k not in ("_target_", "cache_dir")}
     how = (f"full-step: Top-{sampler['k']}, {sampler['ordering']} ordering" if "k" in sampler and "ordering" in sampler
@@ -203,10 +208,8 @@ def main() -> None:
          f"**{tested['accuracy']:.1%}** on {tested['n']} held-out examples"],
         ["NFE per sample",
          f"mean {tested['nfe_mean']:.2f}, min {tested['nfe']['min']}, max {tested['nfe']['max']}"],
-        ["training", (f"{steps} steps, batch {config['data']['batch_size']}, {train_time / 60:.1f} min on {machines}"
-                      + (f", in {len(legs)} legs" if len(legs) > 1 else "")
-                      + (f", {rate:.1f} steps/s (median of the logged windows)"
-                         if len(legs) == 1 and (rate := legs[0][1]["steps_per_s"]) is not None else ""))],
+        ["training", f"{steps} steps, batch {config['data']['batch_size']}, {train_time / 60:.1f} min on {machines}"
+                     + how_fast],
         ["model", shape],
         ["task", f"`{json.dumps(task)}`"],
     ]
