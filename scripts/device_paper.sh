@@ -14,8 +14,9 @@
 # With EXTRA=data.stuck_fraction=..., carry the split's stuck points too (the .stuck.npz beside it), else they are
 # made there first (about 2 minutes of one core).
 # A leg over two calls of one session: the first with DEADLINE=0 (no sweep) and EXTRA holding
-# optim.anneal_time=<both calls' training time>, the second at once on the still-warm machine with the same EXTRA:
-# device_train.sh resumes the run's last.ckpt there and the decay ends (docs/results/notes/paper_device_legs.md).
+# optim.anneal_time=<both calls' training time>, the second at once on the still-warm machine with the same EXTRA
+# and RESUME_ONLY=1: device_train.sh resumes the run's last.ckpt there and the decay ends; on a bare machine it
+# trains nothing (docs/results/notes/paper_device_legs.md).
 # EXTRA (train.py overrides for every model) and SWEEP_EXTRA (evaluate.py overrides) make a small dry run on a CPU.
 # With EXTRA=compile=true, a compile the device's torch cannot do falls back to eager (TORCHDYNAMO_SUPPRESS_ERRORS,
 # logged) rather than losing the leg.

@@ -11,15 +11,18 @@
 #   $LEDGER/<NAME> (docs/results/runs). A 6M-parameter last.ckpt with its Adam states
 #   (~100 MB) is over what a device call brings back (16 MiB a file), so paper-scale legs chain this way;
 # - else a fresh run in runs/<NAME>.
+# RESUME_ONLY=1 allows the first case only: elsewhere it stops at once (status 3), e.g. the second call of a leg
+# that finds a bare machine rather than the first call's, where a warm restart would train the committed model again.
 # It trains until trainer.max_steps or MAX_TIME ("DD:HH:MM:SS"), whichever comes first, then writes to $OUT
 # (default: runs/out): <NAME>.pt (the EMA weights, save_dtype of the run), <NAME>.tgz (config, CSV log,
 # results rows; last.ckpt too where the whole archive stays under LIMIT_MB, 16 by default: the device tool
 # brings back files of at most 16 MiB) and <NAME>.log. Unpack <NAME>.tgz into runs/ here to chain the next leg
 # by resuming; to keep a warm-restarted leg's logs, into $LEDGER (docs/results/runs/README.md).
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n 2,18p "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,20p "$0"; exit 2; }
 NAME=$1; MAX_TIME=$2; shift 2
 OUT=${OUT:-runs/out}; LIMIT_MB=${LIMIT_MB:-16}; PYTHON=${PYTHON:-python3}; LEDGER=${LEDGER:-docs/results/runs}
+RESUME_ONLY=${RESUME_ONLY:-0}
 RUN=runs/$NAME
 mkdir -p "$OUT" runs
 LOG=$OUT/$NAME.log
@@ -35,6 +38,9 @@ if [ -n "$LATEST" ] && [ -f "$LATEST/checkpoints/last.ckpt" ]; then
     DIR=$LATEST
     START=(ckpt_path="$DIR")
     echo "[$NAME] resuming $DIR/checkpoints/last.ckpt" | tee -a "$LOG"
+elif [ "$RESUME_ONLY" = 1 ]; then
+    echo "[$NAME] RESUME_ONLY=1, but no last.ckpt of runs/$NAME here (a bare machine?): nothing trained" | tee -a "$LOG"
+    exit 3
 elif [ -n "$LATEST" ] && [ -f "$LATEST/model.pt" ] || [ -f "checkpoints/$NAME.pt" ]; then
     FROM=checkpoints/$NAME.pt; [ -n "$LATEST" ] && [ -f "$LATEST/model.pt" ] && FROM=$LATEST/model.pt
     DIR=$RUN/leg$((LEGS + 1))

@@ -41,7 +41,7 @@ def test_legs_resume_from_what_comes_back_or_warm_restart_from_the_model(tmp_pat
     second = tmp_path / "call2"  # the next call: a bare machine with the unpacked archive carried to it
     (second / "runs").mkdir(parents=True)
     shutil.unpack_archive(first / "tiny.tgz", second / "runs")
-    assert "resuming runs/tiny/checkpoints/last.ckpt" in leg(second, tmp_path / "out2", steps=6)
+    assert "resuming runs/tiny/checkpoints/last.ckpt" in leg(second, tmp_path / "out2", steps=6, RESUME_ONLY="1")
     assert steps_trained(tmp_path / "out2" / "tiny.pt") == 6  # steps 5 and 6 only: the run went on
 
     third = tmp_path / "call3"  # state too large to bring back: the committed model starts the next leg
@@ -64,6 +64,20 @@ def test_legs_resume_from_what_comes_back_or_warm_restart_from_the_model(tmp_pat
     started = torch.load(third / "checkpoints" / "tiny.pt", weights_only=False)
     came_back = torch.load(tmp_path / "out3" / "tiny.pt", weights_only=False)
     assert started["config"]["model"] == came_back["config"]["model"]
+
+
+def test_resume_only_trains_nothing_on_a_machine_without_the_runs_state(tmp_path: Path) -> None:
+    """A two-call leg's second call that finds a bare machine (the first call's was given back): the committed
+    model is there, and a warm restart from it would train the leg's starting point again."""
+    machine, out = tmp_path / "bare", tmp_path / "out"
+    (machine / "checkpoints").mkdir(parents=True)
+    (machine / "checkpoints" / "tiny.pt").write_bytes(b"the committed model")
+    done = subprocess.run(["bash", str(SCRIPT), "tiny", "00:00:10:00", *OVERRIDES], cwd=machine, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RESUME_ONLY": "1"})
+    assert done.returncode == 3
+    assert "RESUME_ONLY=1, but no last.ckpt of runs/tiny here" in (out / "tiny.log").read_text()
+    assert not (out / "tiny.pt").exists() and not (machine / "runs" / "tiny").exists()
 
 
 @pytest.mark.parametrize("args", [[], ["tiny"]])
