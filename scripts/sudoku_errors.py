@@ -67,7 +67,8 @@ def count_errors(checkpoint: str, ordering: str, limit: int | None, batch_size: 
 def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, failed: list[int],
                    sampler: TopKSampler, batch_size: int) -> list[dict[str, Any]]:
     """Sample the failed puzzles again, traced, and grade the grid each one first went wrong on (every cell in
-    it right): how many blanks it had, how many singles would leave, and how sure the model was of its wrong
+    it right): how many blanks it had, how many singles would leave, how many the puzzle's own singles closure
+    has (fewer at the wrong grid: it went wrong past a right guess), and how sure the model was of its wrong
     cell. A puzzle that failed in its evaluation batch and not when sampled again here is left out (float
     noise between batch compositions; the page shows how many were traced)."""
     found = []
@@ -78,11 +79,13 @@ def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, fail
         counter = TracingCounter(network, len(index), task.mask_id)
         with torch.no_grad():
             final = sampler.sample(counter, target.masked_fill(answer, task.mask_id), task.mask_id).tokens
+        puzzles = puzzles_and_solutions(target.numpy(), answer.numpy())[0]
         for reveal in first_wrong_reveals(counter.trace, final, target, task.mask_id):
             before = reveal.before[None]
             grid = grade_puzzle(puzzles_and_solutions(before.numpy(), (before == task.mask_id).numpy())[0][0])
             found.append({"puzzle": failed[begin + reveal.row], "step": reveal.step, "blanks": grid.blanks,
-                          "left_by_singles": grid.left_by_singles, "entropy": reveal.free_entropy})
+                          "left_by_singles": grid.left_by_singles, "entropy": reveal.free_entropy,
+                          "puzzle_left_by_singles": grade_puzzle(puzzles[reveal.row]).left_by_singles})
     return found
 
 
@@ -162,8 +165,12 @@ def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str
         ("Each failed puzzle sampled again alone, traced to its first wrong reveal: the grid the model saw there "
          "(every filled cell right), and whether naked + hidden singles could still fill any of its blanks."), "",
         markdown_table(["checkpoint", "failures traced", "singles could still fill a cell",
-                        "stuck for singles", "mean step", "mean entropy of the wrong cell (nats)"],
-                       [_first_wrong_row(name, m) for name, m in zip(names, models)], "lrrrrr"), "",
+                        "stuck for singles", "of those, past a right guess", "mean step",
+                        "mean entropy of the wrong cell (nats)"],
+                       [_first_wrong_row(name, m) for name, m in zip(names, models)], "lrrrrrr"), "",
+        ("*Past a right guess*: the wrong grid has fewer blanks than the puzzle's own singles closure, i.e. the "
+         "model had already got past the first grid where singles run out (`data.stuck_grids=all` trains on "
+         "such grids; `first`, the default, on the closure alone)."), "",
         *_paired_section(puzzle_by_puzzle(models)),
         *([notes.strip(), ""] if notes.strip() else []),
     ])
@@ -190,9 +197,12 @@ def _table(what: str, models: list[dict[str, Any]], field: str, names: list[str]
 
 def _first_wrong_row(name: str, model: dict[str, Any]) -> list[Any]:
     found = model["first_wrong"]
-    stuck = sum(f["left_by_singles"] == f["blanks"] for f in found)
-    return [name, f"{len(found)} of {model['failures']}", len(found) - stuck,
-            stuck, _mean([f["step"] for f in found]), _mean([f["entropy"] for f in found], 3)]
+    stuck = [f for f in found if f["left_by_singles"] == f["blanks"]]
+    # records written before the puzzle's closure was traced leave the column blank
+    past = sum(f["blanks"] < f["puzzle_left_by_singles"] for f in stuck) if all(
+        "puzzle_left_by_singles" in f for f in found) else "—"
+    return [name, f"{len(found)} of {model['failures']}", len(found) - len(stuck), len(stuck), past,
+            _mean([f["step"] for f in found]), _mean([f["entropy"] for f in found], 3)]
 
 
 def _mean(values: list[float], digits: int = 1) -> str:

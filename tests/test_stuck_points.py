@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from mdmkit.core.config import to_container
 from mdmkit.core.errors import ConfigError
 from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
 from mdmkit.tasks.sudoku_generator import find_solutions
-from mdmkit.tasks.sudoku_logic import BEYOND, grade_puzzle, singles_closure
+from mdmkit.tasks.sudoku_logic import BEYOND, grade_puzzle, singles_closure, stuck_grids
 from mdmkit.training.datamodule import PuzzleDataModule, StepIndexedBatches
 from mdmkit.training.preflight import check_components, check_run
 
@@ -40,6 +41,46 @@ def test_stuck_points_are_the_closures_of_exactly_the_puzzles_singles_cannot_fin
         assert (puzzle != 0).sum() > given.sum()  # ... and the cells singles decide added
         assert np.array_equal(singles_closure(puzzle), puzzle)  # no single is left to play
         assert len(find_solutions(puzzle.astype(np.int8), limit=2)) == 1  # still a puzzle with one answer
+
+
+def test_stuck_grids_follow_a_solve_past_each_guess(tmp_path: Path) -> None:
+    made = _task(tmp_path).generate(120, seed=5)
+    puzzles, solutions = puzzles_and_solutions(made.tokens, made.answer_mask)
+    paths = [stuck_grids(puzzle, solution) for puzzle, solution in zip(puzzles, solutions)]
+    assert max(map(len, paths)) >= 2  # the fixture holds puzzles that get stuck again after a guess
+    for puzzle, solution, path in zip(puzzles, solutions, paths):
+        assert bool(path) == (grade_puzzle(puzzle).grade == BEYOND)  # none where singles solve it
+        if not path:
+            continue
+        assert np.array_equal(path[0], singles_closure(puzzle))  # the first: where singles first run out
+        (only,) = stuck_grids(puzzle, solution, most=1)
+        assert np.array_equal(only, path[0])
+        blanks = [int((grid == 0).sum()) for grid in path]
+        assert blanks == sorted(blanks, reverse=True) and len(set(blanks)) == len(blanks)  # each past a guess
+        for before, grid in itertools.pairwise(path):
+            assert np.array_equal(grid[before != 0], before[before != 0])  # the solve only adds cells
+        for grid in path:
+            assert np.array_equal(singles_closure(grid), grid) and (grid == 0).any()  # stuck, not solved
+            assert np.array_equal(grid[grid != 0], solution[grid != 0])  # every filled cell right
+
+
+def test_all_stuck_grids_are_cached_apart_from_the_first_ones(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    train = task.load_splits()["train"]
+    first, every = task.load_stuck_points(train), task.load_stuck_points(train, "all")
+    assert task.cache_path().with_suffix(".stuck_all.npz").is_file()
+    puzzles, solutions = puzzles_and_solutions(train.tokens.numpy(), train.answer_mask.numpy())
+    expected = [(grid, solution) for puzzle, solution in zip(puzzles, solutions)
+                for grid in stuck_grids(puzzle, solution)]
+    assert len(every) == len(expected) > len(first)
+    grids, answers = puzzles_and_solutions(every.tokens.numpy(), every.answer_mask.numpy())
+    assert all(np.array_equal(g, e) and np.array_equal(a, s) for g, a, (e, s) in zip(grids, answers, expected))
+    firsts = {g.tobytes() for g in puzzles_and_solutions(first.tokens.numpy(), first.answer_mask.numpy())[0]}
+    assert firsts < {g.tobytes() for g in grids}
+    data = PuzzleDataModule(task, batch_size=8, eval_batch_size=8, val_examples=8, seed=0, stuck_fraction=0.25,
+                            stuck_grids="all")
+    data.prepare_data()
+    assert torch.equal(data.stuck.tokens, every.tokens)
 
 
 def test_stuck_points_are_cached_beside_the_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,6 +176,14 @@ def test_a_bad_stuck_mask_rate_stops_before_training(value: str) -> None:
         check_run(compose_config("train", ["data.stuck_fraction=0.25", f"data.stuck_mask_rate={value}"]))
 
 
+def test_bad_stuck_grids_stop_before_training() -> None:
+    with pytest.raises(ConfigError, match="data.stuck_grids=all picks the stuck rows: set data.stuck_fraction > 0"):
+        check_run(compose_config("train", ["data.stuck_grids=all"]))
+    with pytest.raises(ConfigError, match="data.stuck_grids=some must be one of first, all"):
+        check_components(to_container(compose_config("train", ["data.stuck_fraction=0.25", "data.stuck_grids=some"])))
+    check_components(to_container(compose_config("train", ["data.stuck_fraction=0.25", "data.stuck_grids=all"])))
+
+
 def test_a_stuck_mask_rate_needs_stuck_rows_and_an_objective_that_takes_rates() -> None:
     with pytest.raises(ConfigError, match="set data.stuck_fraction > 0 too"):
         check_run(compose_config("train", ["data.stuck_mask_rate=1.0"]))
@@ -167,7 +216,8 @@ def test_stuck_fraction_needs_a_task_with_deductions_and_no_indicator() -> None:
 
 def test_train_py_trains_on_augmented_batches_with_stuck_points(tmp_path: Path) -> None:
     result = run_cli("train.py", *TINY, "task.n_givens=[24,30]", "data.augment=true", "data.stuck_fraction=0.25",
-                     "data.stuck_mask_rate=1.0", "eval_limit=8", cwd=tmp_path)
+                     "data.stuck_mask_rate=1.0", "data.stuck_grids=all", "eval_limit=8", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "augmented by digit relabelling" in result.stdout
-    assert "2 of 8 rows a batch stuck after naked and hidden singles, masked at rate 1.0" in result.stdout
+    assert ("2 of 8 rows a batch stuck after naked and hidden singles (each time on a solve), masked at rate 1.0"
+            in result.stdout)

@@ -12,7 +12,8 @@ from conftest import ROOT, load_script, run_script
 
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import sign_test
-from mdmkit.tasks.sudoku_logic import GRADES, HIDDEN, NAKED
+from mdmkit.tasks.sudoku import puzzles_and_solutions
+from mdmkit.tasks.sudoku_logic import GRADES, HIDDEN, NAKED, grade_puzzle
 
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
 
@@ -44,6 +45,11 @@ def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypat
         blanks = int(test.answer_mask[first["puzzle"]].sum())
         assert first["blanks"] == blanks - first["step"]  # Top-1 fills one cell a step, all right until here
         assert 0 <= first["left_by_singles"] <= first["blanks"] and first["entropy"] >= 0
+        puzzle = puzzles_and_solutions(test.tokens[first["puzzle"]][None].numpy(),
+                                       test.answer_mask[first["puzzle"]][None].numpy())[0][0]
+        assert first["puzzle_left_by_singles"] == grade_puzzle(puzzle).left_by_singles  # its own closure's blanks
+        if first["left_by_singles"] == first["blanks"]:  # stuck: singles alone cannot have got below the closure
+            assert first["blanks"] <= first["puzzle_left_by_singles"]
 
 
 def test_a_maze_checkpoint_is_refused_in_one_line() -> None:

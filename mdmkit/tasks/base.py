@@ -99,6 +99,10 @@ def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
     return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
 
 
+# which stuck points training sees (data.stuck_grids): where the deductions first run out, or every time on a solve
+STUCK_GRIDS = ("first", "all")
+
+
 def default_cache_dir() -> str:
     """Where generated data are cached unless a config says otherwise: $MDMKIT_CACHE_DIR, else ~/.cache/mdmkit."""
     return os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")
@@ -171,9 +175,10 @@ class PuzzleTask(Validated):
         keeps it a valid example of the same difficulty; tasks with `symmetries` define it."""
         raise NotImplementedError(f"task {self.name} defines no symmetries")
 
-    def stuck_points(self, examples: Examples) -> Examples:
+    def stuck_points(self, examples: Examples, grids: str = "first") -> Examples:
         """Each example that the task's `deductions` cannot finish, with what they decide moved into its context:
-        the grid where a solver that knows only them gets stuck. Random masking almost never makes these."""
+        the grid where a solver that knows only them gets stuck. Random masking almost never makes these.
+        `grids` (STUCK_GRIDS): `first`, that grid alone; `all`, also those met again after each right guess."""
         raise NotImplementedError(f"task {self.name} defines no deductions")
 
     def sample_metrics(self, predicted: torch.Tensor) -> dict[str, Any]:
@@ -274,12 +279,13 @@ class PuzzleTask(Validated):
         assert_disjoint(splits)
         return splits
 
-    def load_stuck_points(self, train: Split) -> Split:
+    def load_stuck_points(self, train: Split, grids: str = "first") -> Split:
         """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes)."""
-        path = self.cache_path().with_suffix(".stuck.npz")
+        require(grids in STUCK_GRIDS, f"stuck grids '{grids}' must be one of {', '.join(STUCK_GRIDS)}")
+        path = self.cache_path().with_suffix(".stuck.npz" if grids == "first" else f".stuck_{grids}.npz")
         if path.exists():
             return Split.from_examples(self._read_cache(path))
-        stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys))
+        stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys), grids)
         require(len(stuck) > 0, f"{self.deductions} solve every training example of task {self.name}: there are "
                                 "no stuck points to train on (data.stuck_fraction)")
         self._write_cache(path, stuck)

@@ -17,7 +17,7 @@ from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.sudoku_codec import pack_puzzles, unpack_puzzles
 from mdmkit.tasks.sudoku_generator import FEWEST_GENERATED_GIVENS, find_solutions, generate_puzzles
-from mdmkit.tasks.sudoku_logic import singles_closure
+from mdmkit.tasks.sudoku_logic import stuck_grids
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
@@ -111,14 +111,16 @@ class SudokuTask(PuzzleTask):
             raise DataFormatError(f"{path}: no puzzles found")
         return self._examples(np.stack(puzzles), np.stack(solutions))
 
-    def stuck_points(self, examples: Examples) -> Examples:
+    def stuck_points(self, examples: Examples, grids: str = "first") -> Examples:
         """Each puzzle singles do not solve, as its singles closure (`sudoku_logic`): Top-1 decoding meets exactly
-        these grids, and a model that reads them wrong fails the puzzle (docs/results/sudoku_paper_stuck_grids.md)."""
+        these grids, and a model that reads them wrong fails the puzzle (docs/results/sudoku_paper_stuck_grids.md).
+        `grids="all"`: also the grids singles get stuck on again after each right guess (`stuck_grids`)."""
         puzzles, solutions = puzzles_and_solutions(examples.tokens, examples.answer_mask)
-        closures = np.stack([singles_closure(puzzle) for puzzle in
-                             tqdm(puzzles, desc="sudoku stuck points", unit="puzzle", mininterval=2.0)])
-        stuck = (closures == 0).any(1)
-        return self._examples(closures[stuck], solutions[stuck])
+        most = None if grids == "all" else 1
+        found = [(grid, i) for i in tqdm(range(len(puzzles)), desc="sudoku stuck points", unit="puzzle",
+                                         mininterval=2.0) for grid in stuck_grids(puzzles[i], solutions[i], most)]
+        stuck = np.array([grid for grid, _ in found], dtype=np.int64).reshape(-1, 81)
+        return self._examples(stuck, solutions[[i for _, i in found]])
 
     def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

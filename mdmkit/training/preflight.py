@@ -21,7 +21,7 @@ _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.O
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
 DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
-                       "stuck_mask_rate", "workers"})
+                       "stuck_mask_rate", "stuck_grids", "workers"})
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
@@ -60,6 +60,9 @@ def check_data(data: DictConfig, trains_indicator: bool) -> None:
     require(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < rate <= 1.0),
             f"data.stuck_mask_rate={rate} must be null (drawn like any row's) or a number in (0, 1]")
     require(rate is None or stuck, "data.stuck_mask_rate masks the stuck rows: set data.stuck_fraction > 0 too")
+    grids = data.get("stuck_grids", "first")
+    require(grids == "first" or stuck,
+            f"data.stuck_grids={grids} picks the stuck rows: set data.stuck_fraction > 0 too")
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -107,12 +110,15 @@ def check_components(config: dict[str, Any]) -> None:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
+    from mdmkit.tasks.base import STUCK_GRIDS
 
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
     require(not config["data"].get("stuck_fraction") or task.deductions is not None,
             f"data.stuck_fraction: task {task.name} defines no deductions to get stuck after (Sudoku does)")
+    grids = config["data"].get("stuck_grids", "first")
+    require(grids in STUCK_GRIDS, f"data.stuck_grids={grids} must be one of {', '.join(STUCK_GRIDS)}")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
     require(config["data"].get("stuck_mask_rate") is None or takes_fixed_rate(objective),
