@@ -198,9 +198,7 @@ def _table(what: str, models: list[dict[str, Any]], field: str, names: list[str]
 def _first_wrong_row(name: str, model: dict[str, Any]) -> list[Any]:
     found = model["first_wrong"]
     stuck = [f for f in found if f["left_by_singles"] == f["blanks"]]
-    # records written before the puzzle's closure was traced leave the column blank
-    past = sum(f["blanks"] < f["puzzle_left_by_singles"] for f in stuck) if all(
-        "puzzle_left_by_singles" in f for f in found) else "—"
+    past = sum(f["blanks"] < f["puzzle_left_by_singles"] for f in stuck)
     return [name, f"{len(found)} of {model['failures']}", len(found) - len(stuck), len(stuck), past,
             _mean([f["step"] for f in found]), _mean([f["entropy"] for f in found], 3)]
 

@@ -116,7 +116,7 @@ class SudokuTask(PuzzleTask):
         these grids, and a model that reads them wrong fails the puzzle (docs/results/sudoku_paper_stuck_grids.md).
         `grids="all"`: also the grids singles get stuck on again after each right guess (`stuck_grids`)."""
         puzzles, solutions = puzzles_and_solutions(examples.tokens, examples.answer_mask)
-        most = None if grids == "all" else 1
+        most = {"first": 1, "all": None}[grids]  # STUCK_GRIDS
         found = [(grid, i) for i in tqdm(range(len(puzzles)), desc="sudoku stuck points", unit="puzzle",
                                          mininterval=2.0) for grid in stuck_grids(puzzles[i], solutions[i], most)]
         stuck = np.array([grid for grid, _ in found], dtype=np.int64).reshape(-1, 81)
