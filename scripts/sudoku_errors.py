@@ -54,7 +54,9 @@ def count_errors(checkpoint: str, ordering: str, limit: int | None, batch_size: 
     correct = result.correct.tolist()
     grades = [grade_puzzle(p) for p in puzzles_and_solutions(test.tokens.numpy(), test.answer_mask.numpy())[0]]
     failed = [i for i, good in enumerate(correct) if not good]
-    first_wrong = trace_failures(network, trained.task, test, failed, sampler, batch_size)
+    # beside each wrong grid's blanks, its puzzle's singles closure's: fewer at the wrong grid, past a right guess
+    first_wrong = [{**found, "puzzle_left_by_singles": grades[found["puzzle"]].left_by_singles}
+                   for found in trace_failures(network, trained.task, test, failed, sampler, batch_size)]
     return {"checkpoint": checkpoint, "test_set": test.fingerprint(), "n": len(test), "accuracy": result.accuracy,
             "nfe_mean": float(result.nfe.mean()),
             "by_givens": _grouped([81 - g.blanks for g in grades], correct, sorted),
@@ -67,8 +69,7 @@ def count_errors(checkpoint: str, ordering: str, limit: int | None, batch_size: 
 def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, failed: list[int],
                    sampler: TopKSampler, batch_size: int) -> list[dict[str, Any]]:
     """Sample the failed puzzles again, traced, and grade the grid each one first went wrong on (every cell in
-    it right): how many blanks it had, how many singles would leave, how many the puzzle's own singles closure
-    has (fewer at the wrong grid: it went wrong past a right guess), and how sure the model was of its wrong
+    it right): how many blanks it had, how many singles would leave, and how sure the model was of its wrong
     cell. A puzzle that failed in its evaluation batch and not when sampled again here is left out (float
     noise between batch compositions; the page shows how many were traced)."""
     found = []
@@ -79,13 +80,11 @@ def trace_failures(network: torch.nn.Module, task: SudokuTask, test: Split, fail
         counter = TracingCounter(network, len(index), task.mask_id)
         with torch.no_grad():
             final = sampler.sample(counter, target.masked_fill(answer, task.mask_id), task.mask_id).tokens
-        puzzles = puzzles_and_solutions(target.numpy(), answer.numpy())[0]
         for reveal in first_wrong_reveals(counter.trace, final, target, task.mask_id):
             before = reveal.before[None]
             grid = grade_puzzle(puzzles_and_solutions(before.numpy(), (before == task.mask_id).numpy())[0][0])
             found.append({"puzzle": failed[begin + reveal.row], "step": reveal.step, "blanks": grid.blanks,
-                          "left_by_singles": grid.left_by_singles, "entropy": reveal.free_entropy,
-                          "puzzle_left_by_singles": grade_puzzle(puzzles[reveal.row]).left_by_singles})
+                          "left_by_singles": grid.left_by_singles, "entropy": reveal.free_entropy})
     return found
 
 
