@@ -6,6 +6,9 @@ docs/results/sudoku_paper_errors.md). For each such test puzzle this script buil
 blanks, the closure and a random draw of that many of the puzzle's blanks, and reads the model's predictions on
 their masked cells in one forward: accuracy of each cell's most likely digit, mean entropy, and whether the single
 most confident cell (Top-1's next reveal) is right; and how often a random draw is itself stuck for singles.
+Two more rows read the grids a solve gets stuck on again past a right guess: on the logical path
+(`sudoku_logic.stuck_grids`, what `data.stuck_grids=all` trains on), and on the model's own Top-1 path
+(`mdmkit.analysis.top1_stuck`, what a harvested `data.stuck_file` holds), where its failures are.
 
     python scripts/sudoku_stuck_grids.py checkpoints/sudoku_paper.pt --out docs/results/sudoku_paper_stuck_grids
 """
@@ -23,14 +26,15 @@ import torch
 
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
 from mdmkit.analysis.reveals import predictive
+from mdmkit.analysis.top1_stuck import top1_stuck_grids
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers.ordering import entropy
 from mdmkit.tasks.sudoku import CELL_POSITIONS, puzzles_and_solutions, serialize
-from mdmkit.tasks.sudoku_logic import BEYOND, grade_puzzle, singles_closure
+from mdmkit.tasks.sudoku_logic import BEYOND, grade_puzzle, stuck_grids
 
 
 def compare(checkpoint: str, limit: int | None, seed: int, batch_size: int) -> dict[str, Any]:
-    """The two kinds of grid side by side on the test puzzles beyond singles (of the first `limit`)."""
+    """The kinds of grid side by side on the test puzzles beyond singles (of the first `limit`)."""
     trained = TrainedModel(checkpoint)
     if trained.task.name != "sudoku":
         raise SystemExit(f"{checkpoint} is a {trained.task.name} model: this script reads Sudoku grids")
@@ -40,21 +44,29 @@ def compare(checkpoint: str, limit: int | None, seed: int, batch_size: int) -> d
     if not beyond:
         raise SystemExit(f"none of the {len(test)} puzzles is beyond singles: raise --limit")
     rng = np.random.default_rng(seed)
-    stuck, drawn = [], []
+    stuck, drawn, later, later_of = [], [], [], []
     for i in beyond:
-        closure = singles_closure(puzzles[i])
+        closure, *past_guesses = stuck_grids(puzzles[i], solutions[i])
         blanks = np.flatnonzero(puzzles[i] == 0)
         grid = solutions[i].copy()
         grid[rng.choice(blanks, size=np.count_nonzero(closure == 0), replace=False)] = 0
         stuck.append(closure)
         drawn.append(grid)
+        later += past_guesses
+        later_of += [i] * len(past_guesses)
     network, mask_id = trained.network().eval(), trained.task.mask_id
     drawn_stuck = [grade_puzzle(grid).left_by_singles == np.count_nonzero(grid == 0) for grid in drawn]
-    return {"checkpoint": checkpoint, "n": len(test), "beyond_singles": len(beyond), "seed": seed,
-            "blanks_mean": float(np.mean([np.count_nonzero(g == 0) for g in stuck])),
-            "singles_closure": _read(network, np.array(stuck), solutions[beyond], mask_id, batch_size),
-            "random_draw": {**_read(network, np.array(drawn), solutions[beyond], mask_id, batch_size),
-                            "stuck_share": float(np.mean(drawn_stuck))}}
+    result = {"checkpoint": checkpoint, "n": len(test), "beyond_singles": len(beyond), "seed": seed,
+              "singles_closure": _read(network, np.array(stuck), solutions[beyond], mask_id, batch_size),
+              "random_draw": {**_read(network, np.array(drawn), solutions[beyond], mask_id, batch_size),
+                              "stuck_share": float(np.mean(drawn_stuck))}}
+    if later:  # none where every puzzle beyond singles falls to singles after its first right guess
+        result["past_a_guess"] = _read(network, np.array(later), solutions[later_of], mask_id, batch_size)
+    own = top1_stuck_grids(network, mask_id, puzzles[beyond], solutions[beyond], batch_size, progress=True)
+    if len(own):  # none where every path passes its stuck points by revealing cells singles do not decide
+        result["own_path"] = {**_read(network, own.grids, solutions[beyond][own.puzzle], mask_id, batch_size),
+                              "reveals_right": int(own.right.sum())}
+    return result
 
 
 def _read(network: torch.nn.Module, grids: np.ndarray, solutions: np.ndarray, mask_id: int,
@@ -73,29 +85,40 @@ def _read(network: torch.nn.Module, grids: np.ndarray, solutions: np.ndarray, ma
             entropies += h[where].tolist()
             surest = torch.where(where, h, float("inf")).argmin(1)
             first_right += right.gather(1, surest[:, None]).squeeze(1).tolist()
-    return {"cell_accuracy": float(np.mean(hits)), "entropy_mean": float(np.mean(entropies)),
+    return {"grids": len(grids), "blanks_mean": float(np.mean(grids == 0) * 81),
+            "cell_accuracy": float(np.mean(hits)), "entropy_mean": float(np.mean(entropies)),
             "surest_cell_accuracy": float(np.mean(first_right))}
 
 
 def markdown(result: dict[str, Any], command: str, notes: str = "") -> str:
     closure, drawn = result["singles_closure"], result["random_draw"]
     rows = [["singles closure (where Top-1 gets stuck)", *_cells(closure), "100%"],
-            ["random draw of as many blanks (what training shows)", *_cells(drawn),
+            ["random draw of as many blanks (what random masking shows)", *_cells(drawn),
              f"{100 * drawn['stuck_share']:.1f}%"]]
+    if "past_a_guess" in result:
+        rows.append(["stuck again past a right guess (what `data.stuck_grids=all` adds)",
+                     *_cells(result["past_a_guess"]), "100%"])
+    if "own_path" in result:
+        own = result["own_path"]
+        what = f"stuck on the model's own Top-1 path (its reveal there right: {own['reveals_right']} of {own['grids']})"
+        rows.append([what, *_cells(own), "100%"])
     return "\n".join([
         "# Where singles run out, against what training shows", "",
         (f"`{Path(result['checkpoint']).name}`, the {result['beyond_singles']} of its first {result['n']} test "
-         f"puzzles that naked and hidden singles cannot finish, each as two grids with the same "
-         f"{result['blanks_mean']:.1f} blanks on average, one forward each. Made by `{command}`; numbers in the JSON "
-         "beside this page."), "",
-        markdown_table(["grid", "cells whose most likely digit is right", "mean entropy (nats)",
-                        "most confident cell right", "stuck for singles"], rows, "lrrrr"), "",
+         f"puzzles that naked and hidden singles cannot finish: each one's closure beside a random draw of as many "
+         f"of its blanks, and the grids where a solve of it is stuck for singles, on the logical path past the "
+         f"closure and on the model's own path (its closure included where the path reaches it), one forward "
+         f"each. Made by `{command}`; "
+         "numbers in the JSON beside this page."), "",
+        markdown_table(["grid", "grids", "blanks (mean)", "cells whose most likely digit is right",
+                        "mean entropy (nats)", "most confident cell right", "stuck for singles"], rows, "lrrrrrr"), "",
         *([notes.strip(), ""] if notes.strip() else []),
     ])
 
 
 def _cells(read: dict[str, float]) -> list[str]:
-    return [f"{100 * read['cell_accuracy']:.1f}%", f"{read['entropy_mean']:.3f}",
+    return [str(read["grids"]), f"{read['blanks_mean']:.1f}", f"{100 * read['cell_accuracy']:.1f}%",
+            f"{read['entropy_mean']:.3f}",
             f"{100 * read['surest_cell_accuracy']:.1f}%"]
 
 

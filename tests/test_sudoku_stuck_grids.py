@@ -13,8 +13,10 @@ import torch
 from conftest import ROOT, load_script, run_script
 from fakes import FixedLogits
 
-from mdmkit.tasks.sudoku import serialize
+from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.tasks.sudoku import puzzles_and_solutions, serialize
 from mdmkit.tasks.sudoku_generator import generate_puzzles
+from mdmkit.tasks.sudoku_logic import stuck_grids
 
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
 MASK = 10  # the Sudoku task's mask id: 9 digits, the end of line, then the mask
@@ -31,6 +33,7 @@ def test_reading_a_grid_is_exact_on_a_toy() -> None:
     logits = torch.full((89, 11), math.log((1 - c) / 9))
     logits[torch.arange(89), torch.from_numpy(wrong)] = math.log(c)
     read = load_script("sudoku_stuck_grids")._read(FixedLogits(logits), puzzles, solutions, MASK, batch_size=1)
+    assert read["grids"] == 1 and read["blanks_mean"] == len(cells)
     assert read["cell_accuracy"] == pytest.approx(1 - 5 / len(cells))
     assert read["entropy_mean"] == pytest.approx(-c * math.log(c) - (1 - c) * math.log((1 - c) / 9), abs=1e-5)
     assert read["surest_cell_accuracy"] in (0.0, 1.0)  # all cells equally sure: one of them, right or wrong
@@ -40,7 +43,16 @@ def test_closures_against_random_draws_on_the_cpu_model(tmp_path: Path, monkeypa
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
     result = load_script("sudoku_stuck_grids").compare(SUDOKU_CKPT, limit=60, seed=0, batch_size=16)
     assert result["n"] == 60 and 0 < result["beyond_singles"] < 60
-    for kind in ("singles_closure", "random_draw"):
+    test = TrainedModel(SUDOKU_CKPT).task.load_test().head(60)
+    paths = [stuck_grids(puzzle, solution)
+             for puzzle, solution in zip(*puzzles_and_solutions(test.tokens.numpy(), test.answer_mask.numpy()))]
+    later = [grid for path in paths for grid in path[1:]]
+    assert result["past_a_guess"]["grids"] == len(later) > 0  # every puzzle with a path is beyond singles
+    assert result["past_a_guess"]["blanks_mean"] == pytest.approx(np.mean([np.sum(g == 0) for g in later]))
+    assert result["singles_closure"]["grids"] == result["random_draw"]["grids"] == result["beyond_singles"]
+    own = result["own_path"]  # the CPU model's own path: checked against the sampler's in test_top1_stuck.py
+    assert 0 < own["reveals_right"] <= own["grids"]
+    for kind in ("singles_closure", "random_draw", "past_a_guess", "own_path"):
         read = result[kind]
         assert 0 <= read["cell_accuracy"] <= 1 and 0 <= read["surest_cell_accuracy"] <= 1
         assert read["entropy_mean"] >= 0
@@ -60,3 +72,5 @@ def test_the_page_is_written(tmp_path: Path) -> None:
     page = (tmp_path / "page.md").read_text()
     assert f"the {data['beyond_singles']} of its first 40 test puzzles" in page
     assert f"{100 * data['random_draw']['cell_accuracy']:.1f}%" in page
+    assert f"| {data['past_a_guess']['grids']} | {data['past_a_guess']['blanks_mean']:.1f} |" in page
+    assert f"its reveal there right: {data['own_path']['reveals_right']} of {data['own_path']['grids']})" in page
