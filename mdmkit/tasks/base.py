@@ -279,17 +279,37 @@ class PuzzleTask(Validated):
         assert_disjoint(splits)
         return splits
 
-    def load_stuck_points(self, train: Split, grids: str = "first") -> Split:
-        """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes)."""
+    def load_stuck_points(self, train: Split, grids: str = "first", file: str | Path | None = None) -> Split:
+        """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes),
+        and the stuck rows of `file` (a model's own, `scripts/harvest_stuck_grids.py`) after them."""
         require(grids in STUCK_GRIDS, f"stuck grids '{grids}' must be one of {', '.join(STUCK_GRIDS)}")
         path = self.cache_path().with_suffix(".stuck.npz" if grids == "first" else f".stuck_{grids}.npz")
         if path.exists():
-            return Split.from_examples(self._read_cache(path))
-        stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys), grids)
-        require(len(stuck) > 0, f"{self.deductions} solve every training example of task {self.name}: there are "
-                                "no stuck points to train on (data.stuck_fraction)")
-        self._write_cache(path, stuck)
+            stuck = self._read_cache(path)
+        else:
+            stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys), grids)
+            require(len(stuck) > 0, f"{self.deductions} solve every training example of task {self.name}: there "
+                                    "are no stuck points to train on (data.stuck_fraction)")
+            self._write_cache(path, stuck)
+        if file is not None:
+            stuck = Examples.concat([stuck, self._read_stuck_file(Path(file).expanduser(), train)])
         return Split.from_examples(stuck)
+
+    def _read_stuck_file(self, path: Path, train: Split) -> Examples:
+        """Stuck rows made elsewhere, checked to be this task's and from its training split: each row's answer
+        (the whole solution) must be a training example's, so no test or validation puzzle leaks into training."""
+        try:
+            rows = self._read_cache(path)
+        except (OSError, ValueError, KeyError, DataFormatError) as error:
+            raise DataFormatError(f"data.stuck_file={path} is not a {self.name} stuck-rows file: {error}") from None
+        require(rows.tokens.ndim == 2 and rows.tokens.shape[1] == self.seq_len and len(rows) > 0,
+                f"data.stuck_file={path}: rows of {self.seq_len} tokens expected, got shape {rows.tokens.shape}")
+        compact = np.uint8 if self.vocab_size <= 256 else np.int64  # 400k Sudoku answers in ~50 MB, not ~300
+        answers = {row.tobytes() for row in train.tokens.numpy().astype(compact)}
+        strangers = sum(row.tobytes() not in answers for row in rows.tokens.astype(compact))
+        require(strangers == 0, f"data.stuck_file={path}: {strangers} of its {len(rows)} rows are not from this "
+                                f"task's training split (made for another task, seed or size, or from test puzzles)")
+        return rows
 
     # -- the test split alone (evaluation) ----------------------------------------------------------
     def test_cache_path(self) -> Path:

@@ -70,7 +70,8 @@ class SudokuTask(PuzzleTask):
     def settings(self) -> dict:
         return {"n_givens": self.n_givens}
 
-    def _examples(self, puzzles: np.ndarray, solutions: np.ndarray) -> Examples:
+    def examples(self, puzzles: np.ndarray, solutions: np.ndarray) -> Examples:
+        """Examples of `puzzles` [N, 81] (0 = blank) and their `solutions` (digits 1..9): any grid, stuck ones too."""
         answer_mask = np.zeros((len(puzzles), 89), dtype=bool)
         answer_mask[:, CELL_POSITIONS] = puzzles == 0
         keys = np.array([digest(p.astype(np.int8).tobytes()) for p in puzzles], dtype="S20")
@@ -83,11 +84,11 @@ class SudokuTask(PuzzleTask):
     def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
         if set(arrays) != {"codes", "givens"}:
             raise DataFormatError(f"a sudoku cache holds 'codes' and 'givens', this one {sorted(arrays)}")
-        return self._examples(*unpack_puzzles(arrays["codes"], arrays["givens"]))
+        return self.examples(*unpack_puzzles(arrays["codes"], arrays["givens"]))
 
     def generate(self, count: int, seed: int) -> Examples:
         puzzles, solutions = generate_puzzles(count, self.n_givens, seed, workers=self.workers, progress=True)
-        return self._examples(puzzles, solutions)
+        return self.examples(puzzles, solutions)
 
     def read_file(self, path: Path) -> Examples:
         """One puzzle per line: 81 characters, digits 1-9 for givens and 0 or '.' for blanks ('#' comments)."""
@@ -109,7 +110,7 @@ class SudokuTask(PuzzleTask):
             solutions.append(solved[0])
         if not puzzles:
             raise DataFormatError(f"{path}: no puzzles found")
-        return self._examples(np.stack(puzzles), np.stack(solutions))
+        return self.examples(np.stack(puzzles), np.stack(solutions))
 
     def stuck_points(self, examples: Examples, grids: str = "first") -> Examples:
         """Each puzzle singles do not solve, as its singles closure (`sudoku_logic`): Top-1 decoding meets exactly
@@ -120,7 +121,7 @@ class SudokuTask(PuzzleTask):
         found = [(grid, i) for i in tqdm(range(len(puzzles)), desc="sudoku stuck points", unit="puzzle",
                                          mininterval=2.0) for grid in stuck_grids(puzzles[i], solutions[i], most)]
         stuck = np.array([grid for grid, _ in found], dtype=np.int64).reshape(-1, 81)
-        return self._examples(stuck, solutions[[i for _, i in found]])
+        return self.examples(stuck, solutions[[i for _, i in found]])
 
     def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

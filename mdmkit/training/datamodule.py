@@ -67,15 +67,17 @@ class PuzzleDataModule(L.LightningDataModule):
     `stuck_fraction`: that share of each training batch (at least one row) drawn from the training split's
     stuck points (`PuzzleTask.stuck_points`), the rest from the split itself. `stuck_mask_rate`: the objective's
     masking rate for those rows (1.0: the exact stuck grid), carried as a third column, NaN on the other rows;
-    None draws it as for any row. `stuck_grids`: which stuck points (`STUCK_GRIDS`). `workers`: processes that
+    None draws it as for any row. `stuck_grids`: which stuck points (`STUCK_GRIDS`); `stuck_file`: more of them
+    from a file (a model's own, `scripts/harvest_stuck_grids.py`). `workers`: processes that
     make the training batches beside the training one, so a GPU's step need not wait for the host to make the next
     batch."""
 
     def __init__(self, task: PuzzleTask, batch_size: int, eval_batch_size: int, val_examples: int, seed: int,
                  augment: bool = False, stuck_fraction: float = 0.0, stuck_mask_rate: float | None = None,
-                 workers: int = 0, stuck_grids: str = "first") -> None:
+                 workers: int = 0, stuck_grids: str = "first", stuck_file: str | None = None) -> None:
         super().__init__()
         self.task, self.augment, self.workers, self.stuck_grids = task, augment, workers, stuck_grids
+        self.stuck_file = stuck_file
         self.stuck_mask_rate = None if stuck_mask_rate is None else float(stuck_mask_rate)
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
@@ -92,7 +94,7 @@ class PuzzleDataModule(L.LightningDataModule):
         if self.splits is None:
             self.splits = self.task.load_splits()
         if self.stuck_rows and self.stuck is None:
-            self.stuck = self.task.load_stuck_points(self.splits["train"], self.stuck_grids)
+            self.stuck = self.task.load_stuck_points(self.splits["train"], self.stuck_grids, self.stuck_file)
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]

@@ -21,7 +21,7 @@ _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.O
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
 DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
-                       "stuck_mask_rate", "stuck_grids", "workers"})
+                       "stuck_mask_rate", "stuck_grids", "stuck_file", "workers"})
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
@@ -63,6 +63,9 @@ def check_data(data: DictConfig, trains_indicator: bool) -> None:
     grids = data.get("stuck_grids", "first")
     require(grids == "first" or stuck,
             f"data.stuck_grids={grids} picks the stuck rows: set data.stuck_fraction > 0 too")
+    file = data.get("stuck_file")
+    require(file is None or stuck, "data.stuck_file adds stuck rows: set data.stuck_fraction > 0 too")
+    require(file is None or Path(str(file)).expanduser().is_file(), f"data.stuck_file not found: {file}")
 
 
 def check_run(cfg: DictConfig) -> None:

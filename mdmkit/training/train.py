@@ -166,13 +166,15 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
                                   data.get("augment", False), data.get("stuck_fraction", 0.0),
-                                  data.get("stuck_mask_rate"), data.get("workers", 0), data.get("stuck_grids", "first"))
+                                  data.get("stuck_mask_rate"), data.get("workers", 0), data.get("stuck_grids", "first"),
+                                  data.get("stuck_file"))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
     if datamodule.stuck_rows:
         banner += (f" | {datamodule.stuck_rows} of {data.batch_size} rows a batch stuck after "
-                   f"{module.task.deductions}" + (" (each time on a solve)" if datamodule.stuck_grids == "all" else ""))
+                   f"{module.task.deductions}" + (" (each time on a solve)" if datamodule.stuck_grids == "all" else "")
+                   + (f" and from {datamodule.stuck_file}" if datamodule.stuck_file else ""))
         if datamodule.stuck_mask_rate is not None:
             banner += f", masked at rate {datamodule.stuck_mask_rate}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
