@@ -3,8 +3,8 @@
 A puzzle beyond singles makes a solver guess wherever no naked or hidden single is left. `sudoku_logic.stuck_grids`
 follows one logical path (each guess the cell with the fewest candidates); the model follows its own, revealing its
 most confident cell each step, and the grids it reaches are the ones its accuracy depends on. On the paper model
-the two differ: its most confident cell is right on 99.5% of the logical path's later grids, and it is wrong on
-6.8% of the later grids of its own path (docs/results/sudoku_paper_stuck_grids.md). Those grids, harvested from
+the two differ: its most confident cell is right on 99.5% of the logical path's grids past the closure, its reveal
+on 93.7% of the stuck grids of its own path (docs/results/sudoku_paper_stuck_grids.md). Those grids, harvested from
 training puzzles, are data for training on the states the model itself visits (`data.stuck_file`).
 """
 
