@@ -68,7 +68,7 @@ step "EB mechanism (1 min)" "$PYTHON" scripts/eb_mechanism.py "$MODEL" --gammas 
 step "errors, replaced model beside the new one (16-19 min)" "$PYTHON" scripts/sudoku_errors.py \
     runs/legs/sudoku_paper_replaced.pt "$MODEL" checkpoints/sudoku_mdm.pt --out docs/results/sudoku_paper_errors \
     --notes docs/results/notes/sudoku_paper_errors.md
-step "held-out stuck grids" "$PYTHON" scripts/sudoku_stuck_grids.py "$MODEL" --out docs/results/sudoku_paper_stuck_grids \
+step "held-out stuck grids, and those of the model's own path (2 min)" "$PYTHON" scripts/sudoku_stuck_grids.py "$MODEL" --out docs/results/sudoku_paper_stuck_grids \
     --notes docs/results/notes/sudoku_paper_stuck_grids.md
 if [ -f "$FROM/ni_sudoku_paper/indicator.pt" ]; then
     step "NI rows with the leg's indicator (15 min)" ni_rows
