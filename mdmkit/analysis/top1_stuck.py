@@ -51,10 +51,11 @@ def top1_stuck_grids(network: torch.nn.Module, mask_id: int, puzzles: np.ndarray
         rows = np.arange(len(state))
         while len(rows):
             grades = [grade_puzzle(grid) for grid in state[rows]]
-            rows = np.array([row for row, grade in zip(rows, grades) if grade.left_by_singles], dtype=np.int64)
+            unsolved = np.array([grade.left_by_singles > 0 for grade in grades])
+            stuck = np.array([grade.blanks == grade.left_by_singles for grade in grades])[unsolved]
+            rows = rows[unsolved]
             if not len(rows):
                 break
-            stuck = np.array([grade.blanks == grade.left_by_singles for grade in grades if grade.left_by_singles])
             blank = torch.from_numpy(state[rows] == 0).to(device)
             tokens = answers[rows].clone()
             tokens[:, cells] = tokens[:, cells].masked_fill(blank, mask_id)
