@@ -50,6 +50,10 @@ def test_a_files_rows_follow_the_stuck_points_in_the_pool(tmp_path: Path) -> Non
                             stuck_file=str(tmp_path / "later.npz"))
     data.prepare_data()
     assert torch.equal(data.stuck.tokens, joined.tokens)
+    alone = task.load_stuck_points(train, "none", tmp_path / "later.npz")  # the file's rows, no task's
+    assert torch.equal(alone.tokens, joined.tokens[len(first):])
+    with pytest.raises(ConfigError, match="'none' keeps only a file's rows"):
+        task.load_stuck_points(train, "none")
 
 
 def test_rows_from_test_puzzles_or_another_split_are_refused(tmp_path: Path) -> None:
@@ -80,6 +84,8 @@ def test_a_stuck_file_needs_stuck_rows_and_must_exist(tmp_path: Path) -> None:
         check_run(compose_config("train", [f"data.stuck_file={tmp_path}/x.npz"]))
     with pytest.raises(ConfigError, match=r"data.stuck_file not found: .*missing.npz"):
         check_run(compose_config("train", ["data.stuck_fraction=0.25", f"data.stuck_file={tmp_path}/missing.npz"]))
+    with pytest.raises(ConfigError, match="data.stuck_grids=none keeps only data.stuck_file's rows: set it"):
+        check_run(compose_config("train", ["data.stuck_fraction=0.25", "data.stuck_grids=none"]))
 
 
 def test_harvested_from_the_cpu_model_and_trained_on(tmp_path: Path) -> None:

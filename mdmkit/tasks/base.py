@@ -99,8 +99,9 @@ def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
     return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
 
 
-# which stuck points training sees (data.stuck_grids): where the deductions first run out, or every time on a solve
-STUCK_GRIDS = ("first", "all")
+# which stuck points training sees (data.stuck_grids): where the deductions first run out, or every time on a solve;
+# none: only those of data.stuck_file (a model's own)
+STUCK_GRIDS = ("first", "all", "none")
 
 
 def default_cache_dir() -> str:
@@ -281,8 +282,12 @@ class PuzzleTask(Validated):
 
     def load_stuck_points(self, train: Split, grids: str = "first", file: str | Path | None = None) -> Split:
         """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes),
-        and the stuck rows of `file` (a model's own, `scripts/harvest_stuck_grids.py`) after them."""
+        and the stuck rows of `file` (a model's own, `scripts/harvest_stuck_grids.py`) after them; `grids="none"`:
+        the file's alone."""
         require(grids in STUCK_GRIDS, f"stuck grids '{grids}' must be one of {', '.join(STUCK_GRIDS)}")
+        require(grids != "none" or file is not None, "stuck grids 'none' keeps only a file's rows: give the file")
+        if grids == "none":
+            return Split.from_examples(self._read_stuck_file(Path(file).expanduser(), train))
         path = self.cache_path().with_suffix(".stuck.npz" if grids == "first" else f".stuck_{grids}.npz")
         if path.exists():
             stuck = self._read_cache(path)

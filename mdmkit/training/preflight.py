@@ -66,6 +66,7 @@ def check_data(data: DictConfig, trains_indicator: bool) -> None:
     file = data.get("stuck_file")
     require(file is None or stuck, "data.stuck_file adds stuck rows: set data.stuck_fraction > 0 too")
     require(file is None or Path(str(file)).expanduser().is_file(), f"data.stuck_file not found: {file}")
+    require(grids != "none" or file is not None, "data.stuck_grids=none keeps only data.stuck_file's rows: set it")
 
 
 def check_run(cfg: DictConfig) -> None:

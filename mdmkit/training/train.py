@@ -172,9 +172,12 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
     if datamodule.stuck_rows:
-        banner += (f" | {datamodule.stuck_rows} of {data.batch_size} rows a batch stuck after "
-                   f"{module.task.deductions}" + (" (each time on a solve)" if datamodule.stuck_grids == "all" else "")
-                   + (f" and from {datamodule.stuck_file}" if datamodule.stuck_file else ""))
+        source = {"first": f"stuck after {module.task.deductions}",
+                  "all": f"stuck after {module.task.deductions} (each time on a solve)",
+                  "none": "stuck"}[datamodule.stuck_grids]
+        if datamodule.stuck_file:
+            source += f" {'and ' if datamodule.stuck_grids != 'none' else ''}from {datamodule.stuck_file}"
+        banner += f" | {datamodule.stuck_rows} of {data.batch_size} rows a batch {source}"
         if datamodule.stuck_mask_rate is not None:
             banner += f", masked at rate {datamodule.stuck_mask_rate}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
