@@ -285,8 +285,8 @@ class PuzzleTask(Validated):
         and the stuck rows of `file` (a model's own, `scripts/harvest_stuck_grids.py`) after them; `grids="none"`:
         the file's alone."""
         require(grids in STUCK_GRIDS, f"stuck grids '{grids}' must be one of {', '.join(STUCK_GRIDS)}")
-        require(grids != "none" or file is not None, "stuck grids 'none' keeps only a file's rows: give the file")
         if grids == "none":
+            require(file is not None, "stuck grids 'none' keeps only a file's rows: give the file")
             return Split.from_examples(self._read_stuck_file(Path(file).expanduser(), train))
         path = self.cache_path().with_suffix(".stuck.npz" if grids == "first" else f".stuck_{grids}.npz")
         if path.exists():
