@@ -14,7 +14,7 @@ from conftest import ROOT, TINY, compose_config, run_cli, run_script
 
 from mdmkit.core.errors import ConfigError, DataFormatError
 from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
-from mdmkit.tasks.sudoku_logic import stuck_grids
+from mdmkit.tasks.sudoku_logic import singles_closure, stuck_grids
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.preflight import check_run
 
@@ -107,3 +107,19 @@ def test_harvested_from_the_cpu_model_and_trained_on(tmp_path: Path) -> None:
                   cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"and from {out}" in run.stdout + run.stderr
+
+
+def test_the_committed_models_own_stuck_grids_are_stuck_and_right() -> None:
+    """checkpoints/sudoku_paper.stuck_grids.npz, the next device leg's data.stuck_file (harvested from the committed
+    model): a sample of its grids are each one that singles cannot move and that agrees with its solution, and the
+    JSON beside it counts its rows."""
+    path = ROOT / "checkpoints" / "sudoku_paper.stuck_grids.npz"
+    meta = json.loads(path.with_suffix(".json").read_text())
+    with np.load(path) as arrays:
+        rows = SudokuTask(**SMALL).unpack(dict(arrays))
+    assert len(rows) == meta["grids"] > 0
+    grids, solutions = puzzles_and_solutions(rows.tokens, rows.answer_mask)
+    for index in np.random.default_rng(0).choice(len(rows), 300, replace=False):
+        grid, solution = grids[index], solutions[index]
+        assert (grid == 0).any() and np.array_equal(singles_closure(grid), grid)
+        assert np.array_equal(grid[grid > 0], solution[grid > 0])
