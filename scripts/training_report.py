@@ -114,8 +114,10 @@ def figure(series: dict[str, list[tuple[int, float]]], title: str, leg_starts: l
     if "val/accuracy" in series:
         steps, values = zip(*series["val/accuracy"])
         ax_acc.plot(steps, values, marker="o", label="val accuracy, full-step top-1 confidence (EMA)")
+        ax_acc.legend(loc="lower right")
+    else:  # a run that evaluated nothing yet: say so on the panel rather than leave it blank
+        ax_acc.text(0.5, 0.5, "no validation accuracy logged", ha="center", va="center", transform=ax_acc.transAxes)
     ax_acc.set(xlabel="step", ylabel="fraction solved", ylim=(0, 1.02), title="validation accuracy")
-    ax_acc.legend(loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
