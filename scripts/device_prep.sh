@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here, at the start of a session with the device (issue 20): what a fresh checkout lacks for the Sudoku paper
-# leg of docs/results/notes/paper_device_legs.md, step 0, in one command (~10 minutes on 2 cores, after
+# leg of docs/results/notes/paper_device_legs.md, step 0, in one command (7.5 minutes on 2 cores in a fresh clone, after
 # `make install`): the wheels the device image lacks (.whl/), the paper split's puzzles and its stuck grids of
 # every solve (runs/cache/, 8.9 MB + 2.4 MB: carried, they save the leg making them on the device). The model's
 # own stuck grids are committed beside it (checkpoints/sudoku_paper.stuck_grids.npz). Prints what to carry.
@@ -15,8 +15,12 @@ bash scripts/device_wheels.sh
     data.stuck_file=checkpoints/sudoku_paper.stuck_grids.npz trainer.fast_dev_run=true trainer.accelerator=cpu \
     trainer.precision=32-true data.batch_size=16 data.eval_batch_size=8 evaluate_after_training=false logger=csv \
     trainer.enable_progress_bar=false
-read -r puzzles stuck < <("$PYTHON" -c 'from mdmkit.io.checkpoint import TrainedModel
-path = TrainedModel("checkpoints/sudoku_paper.pt").task.cache_path(); print(path, path.with_suffix(".stuck_all.npz"))')
-carry=(.whl "$puzzles" "$stuck")
-ls -l "$puzzles" "$stuck"
-printf 'carry: [%s]\n' "$(printf '"%s", ' "${carry[@]}" | sed 's/, $//')"
+"$PYTHON" - <<'PY'
+import json
+from mdmkit.io.checkpoint import TrainedModel
+puzzles = TrainedModel("checkpoints/sudoku_paper.pt").task.cache_path()
+paths = [puzzles, puzzles.with_suffix(".stuck_all.npz")]
+for path in paths:
+    print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
+print("carry:", json.dumps([".whl", *map(str, paths)]))
+PY
