@@ -1,6 +1,6 @@
 """Shared test networks: a small seeded random transformer, toy denoisers whose logits are fixed tables
 (known exactly, whatever the input) that record what they were given in `seen`, and a toy whose predictions
-depend on which positions are revealed."""
+depend on which positions are revealed; and the masked rows the rule samplers' tests fill."""
 
 from __future__ import annotations
 
@@ -31,6 +31,16 @@ def random_transformer(vocab_size: int, max_len: int, seed: int | None = 0, *, n
         with torch.no_grad():
             net.head.weight.mul_(head_scale)
     return net
+
+
+def masked_rows(rows: int = 6, seed: int = 0, *, length: int, mask_id: int) -> torch.Tensor:
+    """`rows` seeded rows of tokens below `mask_id`, row r with 4 + r of its `length` positions masked at random
+    places (rows differ in how much is left to fill, so a batch's rows finish at different steps)."""
+    generator = torch.Generator().manual_seed(seed)
+    out = torch.randint(0, mask_id, (rows, length), generator=generator)
+    for row in range(rows):
+        out[row, torch.randperm(length, generator=generator)[: 4 + row]] = mask_id
+    return out
 
 
 class FixedLogits(torch.nn.Module):

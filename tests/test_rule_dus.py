@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 import torch
-from fakes import FixedConfidence, LeftToRight, random_transformer
+from fakes import FixedConfidence, LeftToRight, masked_rows, random_transformer
 
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.config import build, option
@@ -22,15 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 V, MASK, L = 7, 6, 12
 real_network = partial(random_transformer, V, L, head_scale=40.0)
+prompts = partial(masked_rows, length=L, mask_id=MASK)
 
-
-def prompts(rows: int = 6, seed: int = 0) -> torch.Tensor:
-    """Rows with 4.. masked positions at random places, the rest given."""
-    generator = torch.Generator().manual_seed(seed)
-    out = torch.randint(0, MASK, (rows, L), generator=generator)
-    for row in range(rows):
-        out[row, torch.randperm(L, generator=generator)[: 4 + row]] = MASK
-    return out
 
 
 def sample(sampler: DUSSampler, network: torch.nn.Module, tokens: torch.Tensor, mask: int = MASK, **kwargs):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from fakes import random_transformer
+from fakes import masked_rows, random_transformer
 
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.config import build, option
@@ -178,14 +178,8 @@ def test_batched_equals_one_row_at_a_time_with_different_scripts() -> None:
 
 V, MASK, L = 7, 6, 12
 real_network = partial(random_transformer, V, L, head_scale=40.0)
+prompts = partial(masked_rows, length=L, mask_id=MASK)
 
-
-def prompts(rows: int = 6, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    out = torch.randint(0, MASK, (rows, L), generator=generator)
-    for row in range(rows):
-        out[row, torch.randperm(L, generator=generator)[: 4 + row]] = MASK
-    return out
 
 
 @pytest.mark.parametrize("sampler", [

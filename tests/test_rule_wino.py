@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from fakes import FixedConfidence, random_transformer
+from fakes import FixedConfidence, masked_rows, random_transformer
 
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.config import build, option
@@ -196,6 +196,7 @@ def test_rows_of_a_batch_pad_the_shadow_with_slots_that_no_one_sees() -> None:
 
 V, MASK, L = 7, 6, 12
 real_network = partial(random_transformer, V, L, head_scale=40.0)
+prompts = partial(masked_rows, length=L, mask_id=MASK)
 
 
 class Recording(torch.nn.Module):
@@ -210,13 +211,6 @@ class Recording(torch.nn.Module):
         self.seen.append(tokens[:, : self.length].clone())
         return self.network(tokens, **kwargs)
 
-
-def prompts(rows: int = 6, seed: int = 0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    out = torch.randint(0, MASK, (rows, L), generator=generator)
-    for row in range(rows):
-        out[row, torch.randperm(L, generator=generator)[: 4 + row]] = MASK
-    return out
 
 
 @pytest.mark.parametrize("sampler", [
