@@ -70,6 +70,16 @@ def causal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_causal_lm(tmp_path_factory.mktemp("causal"))
 
 
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Sudoku model trained for one step (`fast_dev_run`), saved once per session: tests only read it."""
+    from mdmkit.training.train import run_training
+
+    out = tmp_path_factory.mktemp("tiny-model")
+    run_training(compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"]), out)
+    return out / "model.pt"
+
+
 def compose_config(config_name: str = "train", overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     with initialize_config_module("mdmkit.conf", version_base="1.3"):
         return compose(config_name, overrides=list(overrides))

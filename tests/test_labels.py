@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY, compose_config, run_cli
+from conftest import ROOT, compose_config, run_cli
 from omegaconf import OmegaConf, open_dict
 
 from mdmkit.analysis import pareto, pareto_tables
@@ -25,19 +25,10 @@ from mdmkit.io.results import (
     run_label,
     sampler_settings,
 )
-from mdmkit.training.train import run_training
 
 SUDOKU_PARETO = ROOT / "docs" / "results" / "sudoku_pareto.jsonl"
 THRESHOLD = {"_target_": "mdmkit.samplers.ThresholdSampler", "ordering": "confidence", "temperature": 0.0,
              "top_p": 1.0, "block_length": None, "stop_early": True, "cache": "none", "cache_refresh": None, "tau": 0.9}
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-model")
-    cfg = compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"])
-    run_training(cfg, out)
-    return out / "model.pt"
 
 
 def result(family: str | None, nfe: float, accuracy: float, sampler: dict, preset: str | None = None) -> dict:
@@ -150,12 +141,12 @@ def test_sweep_jobs_keep_the_option_they_came_from():
 # ------------------------------------------------------------------------------------ through evaluate
 
 
-def test_sweep_console_lines_table_and_rows_name_preset_and_settings(checkpoint: Path, tmp_path: Path,
+def test_sweep_console_lines_table_and_rows_name_preset_and_settings(tiny_checkpoint: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture):
     results = tmp_path / "results.jsonl"
     sweep = {"name": "names", "entries": [{"sampler": "llada", "grid": {"steps": [2, 4]}},
                                           {"sampler": "eb", "grid": {"gamma": [0.001]}}]}
-    cfg = compose_config("evaluate", [f"ckpt={checkpoint}", "limit=4", f"results_file={results}",
+    cfg = compose_config("evaluate", [f"ckpt={tiny_checkpoint}", "limit=4", f"results_file={results}",
                                       "wandb.mode=disabled"])
     with open_dict(cfg):
         cfg.sweep = sweep
@@ -177,10 +168,10 @@ def test_sweep_console_lines_table_and_rows_name_preset_and_settings(checkpoint:
     assert [row["key"] for row in again] == [row["key"] for row in rows]
 
 
-def test_resumed_rows_from_before_the_field_take_the_preset_that_asked_again(checkpoint: Path, tmp_path: Path,
+def test_resumed_rows_from_before_the_field_take_the_preset_that_asked_again(tiny_checkpoint: Path, tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture):
     results = tmp_path / "results.jsonl"
-    cfg = compose_config("evaluate", [f"ckpt={checkpoint}", "limit=4", f"results_file={results}",
+    cfg = compose_config("evaluate", [f"ckpt={tiny_checkpoint}", "limit=4", f"results_file={results}",
                                       "wandb.mode=disabled", "sampler=eb", "sampler.gamma=0.01"])
     (row,) = run_evaluation(cfg)
     old = {k: v for k, v in row.items() if k != "preset"}  # as written before the field existed
@@ -193,9 +184,9 @@ def test_resumed_rows_from_before_the_field_take_the_preset_that_asked_again(che
     assert len(read_records(results)) == 1  # not run again
 
 
-def test_a_hydra_multirun_over_presets_names_each_and_separates_their_fronts(checkpoint: Path, tmp_path: Path):
+def test_a_hydra_multirun_over_presets_names_each_and_separates_their_fronts(tiny_checkpoint: Path, tmp_path: Path):
     results = tmp_path / "results.jsonl"
-    done = run_cli("evaluate.py", "-m", f"ckpt={checkpoint}", "sampler=threshold,fastdllm_threshold",
+    done = run_cli("evaluate.py", "-m", f"ckpt={tiny_checkpoint}", "sampler=threshold,fastdllm_threshold",
                    "limit=4", "wandb.mode=disabled", f"results_file={results}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "[sudoku] threshold-confidence tau=0.9: accuracy " in done.stdout

@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY, compose_config, run_cli
+from conftest import ROOT, compose_config, run_cli
 from omegaconf import open_dict
 
 import mdmkit.evaluation.evaluate as evaluate_module
@@ -17,21 +17,12 @@ from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.evaluation.sweep import expand
 from mdmkit.io.results import read_records
-from mdmkit.training.train import run_training
 
 GRID = {"name": "mini", "entries": [
     {"sampler": "topk", "grid": {"k": [1, 8]}},
     {"sampler": "eb", "grid": {"gamma": [0.1]}},
     {"sampler": "topk", "grid": {"k": [1]}, "oracle": True},  # the same Top-1 again, now with its floor
 ]}
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-model")
-    cfg = compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"])
-    run_training(cfg, out)
-    return out / "model.pt"
 
 
 def evaluate(checkpoint: Path, results: Path, *overrides: str, sweep: dict | None = None, output_dir=None):
@@ -72,9 +63,9 @@ def test_a_bad_sweep_entry_fails_before_anything_runs(entry: dict, message: str)
         expand({"entries": {"sampler": "topk"}})
 
 
-def test_rows_carry_the_full_schema_and_round_trip(checkpoint: Path, tmp_path: Path) -> None:
+def test_rows_carry_the_full_schema_and_round_trip(tiny_checkpoint: Path, tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    (row,) = evaluate(checkpoint, results, "sampler=eb", "sampler.gamma=0.5")
+    (row,) = evaluate(tiny_checkpoint, results, "sampler=eb", "sampler.gamma=0.5")
     stored = read_records(results)
     assert stored == [json.loads(json.dumps(row))]
     assert row["family"] == "eb-confidence" and row["params"]["gamma"] == 0.5
@@ -88,7 +79,7 @@ def test_rows_carry_the_full_schema_and_round_trip(checkpoint: Path, tmp_path: P
 
 
 def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
-    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     results = tmp_path / "results.jsonl"
     real_run_job, calls = evaluate_module._run_job, []
@@ -103,7 +94,7 @@ def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
     handlers = []  # what the interrupted run does with a second Ctrl-C (recorded, not installed in pytest)
     monkeypatch.setattr(evaluate_module.signal, "signal", lambda *args: handlers.append(args))
     with pytest.raises(SystemExit) as interrupted:  # Ctrl-C: a summary on stderr, not a traceback
-        evaluate(checkpoint, results, sweep=GRID)
+        evaluate(tiny_checkpoint, results, sweep=GRID)
     assert interrupted.value.code == 130 and (signal.SIGINT, signal.SIG_IGN) in handlers
     assert handlers[-1] == (signal.SIGTERM, None)  # the handler before the sweep put back (none in this stand-in)
     assert f"interrupted: 2 new row(s) saved to {results}; run the same command again" in capsys.readouterr().err
@@ -112,22 +103,22 @@ def test_a_sweep_killed_midway_resumes_without_losing_or_repeating_rows(
         handle.write('{"kind": "evaluate", "acc')  # a torn line from the killed writer
     monkeypatch.setattr(evaluate_module, "_run_job", real_run_job)
     with pytest.warns(UserWarning, match="torn results line"):
-        rows = evaluate(checkpoint, results, sweep=GRID)
+        rows = evaluate(tiny_checkpoint, results, sweep=GRID)
     stored = read_records(results)
     capsys.readouterr()
     assert len(rows) == 4 and sorted(r["key"] for r in rows) == sorted(r["key"] for r in stored)
     assert len({r["key"] for r in stored}) == len(stored) == 4  # nothing run twice
     assert sorted(r["family"] for r in stored) == ["eb-confidence", "oracle", "topk-confidence", "topk-confidence"]
-    again = evaluate(checkpoint, results, sweep=GRID)  # a finished sweep is all skipped, and says so
+    again = evaluate(tiny_checkpoint, results, sweep=GRID)  # a finished sweep is all skipped, and says so
     assert len(read_records(results)) == 4 and len(again) == 4
     assert capsys.readouterr().out.count("already in") == 3
 
 
-def test_sweep_logs_wandb_offline_and_plots_its_front(checkpoint: Path, tmp_path: Path,
+def test_sweep_logs_wandb_offline_and_plots_its_front(tiny_checkpoint: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WANDB_MODE", raising=False)  # offline must come from the config itself
     results = tmp_path / "results.jsonl"
-    evaluate(checkpoint, results, "wandb.mode=offline", sweep=GRID, output_dir=tmp_path)
+    evaluate(tiny_checkpoint, results, "wandb.mode=offline", sweep=GRID, output_dir=tmp_path)
     assert list((tmp_path / "wandb").glob("offline-run-*"))
     (aup_file,) = (tmp_path / "wandb").glob("offline-run-*/files/media/table/aup_by_family_*.table.json")
     logged = json.loads(aup_file.read_text())
@@ -139,9 +130,9 @@ def test_sweep_logs_wandb_offline_and_plots_its_front(checkpoint: Path, tmp_path
 
 
 @pytest.mark.parametrize("launcher", ["basic", "local_parallel"])
-def test_multirun_over_two_values_writes_two_rows(checkpoint: Path, tmp_path: Path, launcher: str) -> None:
+def test_multirun_over_two_values_writes_two_rows(tiny_checkpoint: Path, tmp_path: Path, launcher: str) -> None:
     results = tmp_path / "results.jsonl"
-    out = run_cli("evaluate.py", "-m", f"hydra/launcher={launcher}", f"ckpt={checkpoint}", "sampler.k=1,4",
+    out = run_cli("evaluate.py", "-m", f"hydra/launcher={launcher}", f"ckpt={tiny_checkpoint}", "sampler.k=1,4",
                   "limit=4", "wandb.mode=disabled", f"results_file={results}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert sorted(r["params"]["k"] for r in read_records(results)) == [1, 4]
@@ -164,10 +155,11 @@ def test_sampler_overrides_beside_a_sweep_are_refused_not_ignored(tmp_path: Path
         "ignored: drop it, or add it to the sweep's grid")
 
 
-def test_asking_for_the_oracle_of_a_recorded_sampler_adds_only_the_oracle_row(checkpoint: Path, tmp_path: Path) -> None:
+def test_asking_for_the_oracle_of_a_recorded_sampler_adds_only_the_oracle_row(tiny_checkpoint: Path,
+                                                                               tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    first = evaluate(checkpoint, results, "sampler.k=2")
-    again = evaluate(checkpoint, results, "sampler.k=2", "oracle=true")
+    first = evaluate(tiny_checkpoint, results, "sampler.k=2")
+    again = evaluate(tiny_checkpoint, results, "sampler.k=2", "oracle=true")
     stored = read_records(results)
     assert [r["kind"] for r in stored] == ["evaluate", "oracle"]  # the sampler's row is not written twice
     assert again[0] == stored[0] and again[0]["key"] == first[0]["key"] and again[1]["kind"] == "oracle"
