@@ -114,19 +114,20 @@ def test_a_sweep_killed_with_one_rank_resumes_to_the_single_process_rows(tmp_pat
     common = [f"ckpt={SUDOKU}", "sweep=four", search, "limit=150", "batch_size=8", "device=cpu",
               "wandb.mode=disabled"]
     results = tmp_path / "two.jsonl"
-    run = subprocess.Popen(launch(*common, f"results_file={results}"), cwd=tmp_path, env=_env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (results.is_file() and results.read_text().strip()) and time.monotonic() < deadline:
-            assert run.poll() is None, run.stderr.read() if run.stderr else ""
-            time.sleep(0.05)
-        victim = _rank_pid(run.pid, 1)
-        assert victim is not None, "rank 1 not found"
-        os.kill(victim, signal.SIGKILL)
-        assert run.wait(timeout=120) != 0  # torchrun ends the other rank and fails
-    finally:
-        run.kill()
+    log = tmp_path / "two.stderr"  # a file, not a pipe: nobody reads while it runs, so a pipe could fill and stall
+    with log.open("w") as stderr, subprocess.Popen(launch(*common, f"results_file={results}"), cwd=tmp_path,
+                                                   env=_env(), stdout=subprocess.DEVNULL, stderr=stderr) as run:
+        try:
+            deadline = time.monotonic() + 240
+            while not (results.is_file() and results.read_text().strip()) and time.monotonic() < deadline:
+                assert run.poll() is None, log.read_text()
+                time.sleep(0.05)
+            victim = _rank_pid(run.pid, 1)
+            assert victim is not None, "rank 1 not found"
+            os.kill(victim, signal.SIGKILL)
+            assert run.wait(timeout=120) != 0  # torchrun ends the other rank and fails
+        finally:
+            run.kill()
     written = len(rows(results))
     assert 1 <= written < 4, f"the kill came after {written} of 4 rows"
 
@@ -136,7 +137,6 @@ def test_a_sweep_killed_with_one_rank_resumes_to_the_single_process_rows(tmp_pat
     single = run_cli("evaluate.py", *common, f"results_file={tmp_path}/one.jsonl", cwd=tmp_path)
     assert single.returncode == 0, single.stderr
     assert_same_rows(rows(tmp_path / "one.jsonl"), rows(results))
-
 
 
 def test_a_slurm_job_of_several_tasks_becomes_a_process_group_of_as_many_ranks(monkeypatch):
