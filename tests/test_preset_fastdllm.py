@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fakes import FixedConfidence, FixedLogits, random_transformer
+from fakes import FixedConfidence, FixedLogits, masked_rows, random_transformer
 
 from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
@@ -143,10 +143,7 @@ def test_factor_and_fastdllm_factor_reveal_different_sets_on_one_network() -> No
 def test_batched_equals_one_row_at_a_time() -> None:
     vocab, mask, length = 7, 6, 10
     network = random_transformer(vocab, length, head_scale=6.0)
-    generator = torch.Generator().manual_seed(3)
-    prompts = torch.randint(0, mask, (6, length), generator=generator)
-    for row in range(6):
-        prompts[row, torch.randperm(length, generator=generator)[: 4 + row]] = mask
+    prompts = masked_rows(seed=3, length=length, mask_id=mask)
     sampler = FastDllmFactorSampler(factor=1.5, block_length=3)
     counter = ForwardCounter(network, 6)
     batched = sampler.sample(counter, prompts, mask)

@@ -25,7 +25,6 @@ real_network = partial(random_transformer, V, L, head_scale=40.0)
 prompts = partial(masked_rows, length=L, mask_id=MASK)
 
 
-
 def sample(sampler: DUSSampler, network: torch.nn.Module, tokens: torch.Tensor, mask: int = MASK, **kwargs):
     counter = ForwardCounter(network, len(tokens))
     return sampler.sample(counter, tokens, mask, **kwargs), counter

@@ -181,7 +181,6 @@ real_network = partial(random_transformer, V, L, head_scale=40.0)
 prompts = partial(masked_rows, length=L, mask_id=MASK)
 
 
-
 @pytest.mark.parametrize("sampler", [
     KlassSampler(), KlassSampler(conf_threshold=0.5, kl_threshold=0.2, history_length=1),
     KlassSampler(steps=3, block_length=4), KlassSampler(conf_threshold=0.6, kl_threshold=0.5, block_length=3),

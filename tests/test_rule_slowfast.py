@@ -249,7 +249,6 @@ real_network = partial(random_transformer, V, L, head_scale=40.0)
 prompts = partial(masked_rows, length=L, mask_id=MASK)
 
 
-
 @pytest.mark.parametrize("sampler", [
     SlowFastSampler(), SlowFastSampler(min_confidence=0.3, high_confidence=0.6, explore_steps=3),
     SlowFastSampler(explore_steps=2, window=3, stable_variance=4.0, block_length=4),

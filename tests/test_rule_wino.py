@@ -212,7 +212,6 @@ class Recording(torch.nn.Module):
         return self.network(tokens, **kwargs)
 
 
-
 @pytest.mark.parametrize("sampler", [
     WinoSampler(), WinoSampler(tau_in=0.5, tau_out=0.99), WinoSampler(tau_in=0.25),
     WinoSampler(tau_in=0.4, tau_out=0.95, block_length=4), WinoSampler(draft_floor=1, draft_cap=2, top_p=0.8),

@@ -19,7 +19,6 @@ from mdmkit.core.errors import ConfigError
 from mdmkit.samplers import ForwardCounter, MaskedSampler
 from mdmkit.tasks.sudoku import SudokuTask
 from mdmkit.training.preflight import check_components
-from mdmkit.training.train import run_training
 
 EXAMPLE = Path(__file__).parent / "user_configs"
 SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'my_conf'}]"
@@ -55,12 +54,10 @@ def test_a_bad_user_value_is_one_config_error(importable: None) -> None:
         build(cfg.sampler, "sampler")
 
 
-def test_evaluate_runs_the_user_sampler_on_the_user_task(importable: None, tmp_path: Path) -> None:
-    trained = tmp_path / "trained"
-    run_training(compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={trained}/t.jsonl"]),
-                 trained)
+def test_evaluate_runs_the_user_sampler_on_the_user_task(importable: None, tiny_checkpoint: Path,
+                                                         tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    out = run_cli("evaluate.py", SEARCHPATH, f"ckpt={trained}/model.pt", "sampler=fraction", "task=easy_sudoku",
+    out = run_cli("evaluate.py", SEARCHPATH, f"ckpt={tiny_checkpoint}", "sampler=fraction", "task=easy_sudoku",
                   *SMALL_DATA, "limit=8", f"results_file={results}", "wandb.mode=disabled", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     (row,) = [json.loads(line) for line in results.read_text().splitlines()]
