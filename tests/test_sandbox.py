@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,28 @@ BWRAP, WHY_NOT = isolation.bwrap_status()
 MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=f"no bwrap here: {WHY_NOT}")), "process"]
 
 
+def _fallback_namespaces() -> bool:
+    """Whether the process fallback gets its namespaces here (as root, or where user namespaces are allowed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = run_program("pass\n", SandboxLimits(isolation="process", timeout_s=30.0), allow=True)
+    return {"pidns", "mntns", "netns", "ipcns"} <= set(result.protections)
+
+
+FALLBACK_NS = _fallback_namespaces()
+
+
+def contained(mode: str) -> bool:
+    """bwrap, or the fallback with its namespaces: a private /tmp, /dev/shm and /proc, no network, own pids."""
+    return mode == "bwrap" or FALLBACK_NS
+
+
 def user_wide_nproc(mode: str) -> bool:
-    """The fallback run by a non-root user: RLIMIT_NPROC counts all this user's processes (no user namespace),
-    so a fork or thread bomb is stopped by fork() failing rather than by the watchdog's kill."""
-    return mode == "process" and not ROOT_USER
+    """The fallback run by a non-root user without a user namespace: RLIMIT_NPROC counts all this user's
+    processes, so a fork or thread bomb is stopped by fork() failing rather than by the watchdog's kill."""
+    return mode == "process" and not ROOT_USER and not FALLBACK_NS
+
+
 pytestmark = pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning")
 
 
@@ -138,7 +157,7 @@ def test_mode_is_reported(mode):
 
 
 def test_cgroup_discovery_and_limits_on_a_stand_in_directory(tmp_path, monkeypatch):
-    """The cgroup v2 path, on plain files (no program runs in it): what is found, written and read back."""
+    """The cgroup v2 and v1 paths, on plain files (no program runs in them): what is found, written and read."""
     from mdmkit.sandbox import cgroups
 
     monkeypatch.setenv(cgroups.CGROUP_ENV, str(tmp_path))
@@ -150,10 +169,10 @@ def test_cgroup_discovery_and_limits_on_a_stand_in_directory(tmp_path, monkeypat
             "sub-cgroups"
         cgroups.parent.cache_clear()
         (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
-        assert cgroups.parent() == (tmp_path, "")
+        assert cgroups.parent() == (cgroups.Place(tmp_path), "")
     finally:
         cgroups.parent.cache_clear()
-    group = cgroups.Cgroup(tmp_path, memory_mb=256, max_tasks=32)
+    group = cgroups.Cgroup(cgroups.Place(tmp_path), memory_mb=256, max_tasks=32)
     assert (group.path / "memory.max").read_text() == str(256 * 1024 * 1024)
     assert (group.path / "pids.max").read_text() == "32"
     (group.path / "cgroup.procs").write_text("")
@@ -165,6 +184,20 @@ def test_cgroup_discovery_and_limits_on_a_stand_in_directory(tmp_path, monkeypat
     assert group.breach() == "tasks"
     (group.path / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n")
     assert group.breach() == "memory"
+
+    memory, pids = tmp_path / "v1-memory", tmp_path / "v1-pids"
+    memory.mkdir()
+    pids.mkdir()
+    v1 = cgroups.Cgroup(cgroups.Place(memory, pids), memory_mb=256, max_tasks=32)
+    assert (v1.dirs[0] / "memory.limit_in_bytes").read_text() == str(256 * 1024 * 1024)
+    assert (v1.dirs[1] / "pids.max").read_text() == "32"
+    echoed = subprocess.run(v1.wrap(["/bin/echo", "both"]), capture_output=True, text=True, check=True)
+    assert echoed.stdout == "both\n"
+    assert [(d / "cgroup.procs").read_text().split() for d in v1.dirs] == [["0"], ["0"]]  # joined both
+    (v1.dirs[0] / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    assert v1.breach() == ""
+    (v1.dirs[0] / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert v1.breach() == "memory"
 
 
 # --- results and verdicts -------------------------------------------------------------------------------------
@@ -313,16 +346,27 @@ def test_hostile_batch_is_contained_and_good_programs_still_pass(mode):
 
 # --- attacks: file system -------------------------------------------------------------------------------------
 
-def test_file_system_outside_the_temp_dir(mode, tmp_path, monkeypatch):
+@pytest.fixture
+def outside_tmp():
+    """A directory of the caller's outside /tmp (the home directory), removed afterwards."""
+    path = Path.home() / f".mdmkit-sandbox-probe-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+def test_file_system_outside_the_temp_dir(mode, tmp_path, monkeypatch, outside_tmp):
     caller_cwd = tmp_path / "caller"  # stands for the caller's working directory (e.g. the checkout)
     caller_cwd.mkdir()
     monkeypatch.chdir(caller_cwd)
     secret = tmp_path / "secret.txt"
     secret.write_text("sk-secret")
-    targets = [tmp_path / "escaped.txt", caller_cwd / "results.jsonl"]
+    in_tmp, elsewhere = [tmp_path / "escaped.txt", caller_cwd / "results.jsonl"], outside_tmp / "escaped.txt"
     program = (
         "import os, sys\n"
-        f"for path in {[str(t) for t in targets]!r} + ['/usr/escaped.txt']:\n"
+        f"for path in {[str(t) for t in [*in_tmp, elsewhere]]!r} + ['/usr/escaped.txt']:\n"
         "    try:\n        open(path, 'w').write('escaped')\n        print('wrote', path)\n"
         "    except OSError as e:\n        print('denied', path, e.errno)\n"
         f"for path in [{str(secret)!r}, {str(ROOT / 'pyproject.toml')!r}, os.path.expanduser('~root/.bashrc')]:\n"
@@ -338,15 +382,19 @@ def test_file_system_outside_the_temp_dir(mode, tmp_path, monkeypatch):
     assert result.passed, result.reason
     out = result.stdout
     if mode == "bwrap":
-        assert not any(t.exists() for t in targets) and out.count("denied") == 3 and "wrote" not in out
-        assert "read" not in out.replace("unreadable", "") and "checkout visible False" in out
-        assert "sys.path []" in out  # the interpreter alone: no venv, no site-packages
+        assert not any(t.exists() for t in [*in_tmp, elsewhere]) and out.count("denied") == 4
+        assert "wrote" not in out and "read" not in out.replace("unreadable", "")
+        assert "checkout visible False" in out and "sys.path []" in out  # the interpreter alone: no venv
         prefix = Path(isolation.interpreter()[1])  # the home directory shows no more than the path to it
         shown = [prefix.relative_to(Path.home()).parts[0]] if prefix.is_relative_to(Path.home()) else []
         assert f"home {shown}" in out
-    else:  # NOT contained by the fallback (docs/sandbox.md): the caller's file system is the program's
-        assert all(t.read_text() == "escaped" for t in targets) and f"read {secret} sk-secret" in out
-        assert "checkout visible True" in out and f"home {sorted(os.listdir(Path.home()))}" in out
+        return
+    # NOT contained by the fallback (docs/sandbox.md): outside /tmp, the caller's file system is the program's
+    assert elsewhere.read_text() == "escaped" and "checkout visible True" in out
+    if FALLBACK_NS:  # ... but /tmp is a private tmpfs: the caller's files there are out of sight
+        assert not any(t.exists() for t in in_tmp) and f"unreadable {secret} 2" in out
+    else:
+        assert all(t.read_text() == "escaped" for t in in_tmp) and f"read {secret} sk-secret" in out
 
 
 def test_tmp_and_dev_shm_are_private_and_bounded(mode, marker):
@@ -362,7 +410,7 @@ def test_tmp_and_dev_shm_are_private_and_bounded(mode, marker):
     try:
         result = run(mode, program, disk_mb=24, max_file_mb=16)
         assert result.passed and "big 27" in result.stdout  # EFBIG: RLIMIT_FSIZE in both modes
-        if mode == "bwrap":
+        if contained(mode):
             assert not shm.exists()  # nothing of /dev/shm or /tmp survives the run
             assert "wrote a" in result.stdout and "refused c 28" in result.stdout  # ENOSPC: bounded tmpfs
         else:  # NOT contained: /dev/shm is the machine's, and the temp dir is bounded per file only
@@ -392,7 +440,7 @@ def test_caller_environment_and_memory(mode, monkeypatch):
     )
     result = run(mode, program)
     assert result.passed and "token in env False" in result.stdout
-    if mode == "bwrap":  # the caller is not in the sandbox's pid namespace or /proc
+    if contained(mode):  # the caller is not in the sandbox's pid namespace or /proc
         assert "environ unreadable 2" in result.stdout and "mem refused 2" in result.stdout
     else:  # NOT contained: same uid (or root) and the host's /proc
         assert "environ True" in result.stdout
@@ -420,7 +468,7 @@ def test_setns_into_the_callers_network_namespace(mode):
     with server:
         result = run(mode, program)
     assert result.passed, result.reason
-    if mode == "bwrap":  # the caller's /proc entry does not exist in the sandbox
+    if contained(mode):  # the caller's /proc entry does not exist in the sandbox
         assert "no namespace file 2" in result.stdout and "no route" in result.stdout
     elif ROOT_USER:  # NOT contained: root may enter the caller's namespace and reach its loopback
         assert "setns 0 0" in result.stdout and "connected" in result.stdout
@@ -443,12 +491,12 @@ def test_sockets_and_signals_to_the_caller_and_other_processes(mode):
     try:
         with server:
             result = run(mode, program)
-        contained = mode == "bwrap" or ROOT_USER  # the fallback has net/pid namespaces only as root
+        held = contained(mode)
         assert result.passed, result.reason
-        assert ("no route" in result.stdout) == contained and ("connected" in result.stdout) != contained
-        assert ("caller unreachable 3" in result.stdout) == contained  # ESRCH: not even addressable
+        assert ("no route" in result.stdout) == held and ("connected" in result.stdout) != held
+        assert ("caller unreachable 3" in result.stdout) == held  # ESRCH: not even addressable
         time.sleep(0.1)
-        assert (helper.poll() is None) == contained  # SIGTERM never arrived where contained
+        assert (helper.poll() is None) == held  # SIGTERM never arrived where contained
     finally:
         helper.kill()
         helper.wait()
@@ -516,7 +564,7 @@ def test_detached_children_do_not_outlive_the_run(mode, marker):
     )
     result = run(mode, program, max_processes=4096)
     assert result.passed and result.stdout == "detached\n"
-    if mode == "bwrap" or ROOT_USER:  # a pid namespace: killing its init ends every process in it
+    if contained(mode):  # a pid namespace: killing its init ends every process in it
         assert leftovers(marker) == []
     else:  # NOT contained by the fallback without a pid namespace (the fixture kills the sleeper)
         assert leftovers(marker) != []

@@ -1,10 +1,15 @@
-"""cgroup v2 limits for one sandbox: memory and task count for all its processes together, and a clean kill.
+"""cgroup limits for one sandbox: memory and task count for all its processes together, and a clean kill.
 
-rlimits bound each process alone (four processes of 800 MB each pass a 1 GB RLIMIT_AS); a cgroup bounds their
-sum, counts threads, and `cgroup.kill` ends everything in it at once. A cgroup needs a writable v2 hierarchy
-whose `cgroup.subtree_control` already enables `memory` and `pids` (a delegated cgroup: systemd's
-`Delegate=yes`, a container runtime, or one the administrator prepared); name it with $MDMKIT_SANDBOX_CGROUP,
-else the caller's own cgroup is tried. Where neither works the sandbox falls back to rlimits and the watchdog.
+rlimits bound each process alone (four processes of 800 MB each pass a 1 GB RLIMIT_AS) and a watchdog only
+sees what /proc shows; a cgroup's memory controller charges every page the sandbox holds (anonymous memory,
+memfd and shared memory, tmpfs files) to the sandbox, counts threads, and ends everything in it. Both
+hierarchies work:
+- cgroup v2: a writable directory whose `cgroup.subtree_control` enables `memory` and `pids` (systemd's
+  `Delegate=yes`, a container runtime, or one an administrator prepared); name it with $MDMKIT_SANDBOX_CGROUP,
+  else the caller's own cgroup is tried.
+- cgroup v1: the caller's own cgroups in the `memory` and `pids` hierarchies, where it may create children
+  (root, as in most containers and CI).
+Where neither works the sandbox falls back to rlimits and the watchdog.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import functools
 import itertools
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mdmkit.sandbox import procs
@@ -21,25 +27,55 @@ CGROUP_ENV = "MDMKIT_SANDBOX_CGROUP"
 _counter = itertools.count()
 
 
-def _own_cgroup() -> Path | None:
-    """The caller's cgroup in the v2 hierarchy, as a directory, or None if there is no v2 mount."""
+@dataclass(frozen=True)
+class Place:
+    """Where sandboxes' cgroups are made: a v2 directory (`pids` None), or v1's memory and pids directories."""
+
+    memory: Path
+    pids: Path | None = None
+
+    def __str__(self) -> str:
+        return str(self.memory) if self.pids is None else f"{self.memory} and {self.pids} (v1)"
+
+
+def _mounts() -> list[tuple[str, str, str, str]]:
+    """(file system type, mount point, root of the mount, super options) of every mount this process sees."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        rest = fields[fields.index("-") + 1:]
+        found.append((rest[0], fields[4], fields[3], rest[2] if len(rest) > 2 else ""))
+    return found
+
+
+def _own(controller: str) -> Path | None:
+    """This process's cgroup as a directory: v2 for controller "", else the v1 hierarchy with `controller`."""
     try:
-        relative = next(line[3:].strip() for line in Path("/proc/self/cgroup").read_text().splitlines()
-                        if line.startswith("0::"))
-        mounts = [line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    except (OSError, StopIteration):
+        entries = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+        mounts = _mounts()
+    except OSError:
         return None
-    for fields in mounts:
-        if fields[fields.index("-") + 1] == "cgroup2":  # mount root (fields[3]) is where the view starts
-            return Path(fields[4]) / os.path.relpath(relative, fields[3])
+    for _, controllers, relative in entries:
+        if controller not in (controllers.split(",") if controllers else [""]):
+            continue
+        for fstype, point, root, options in mounts:
+            if (fstype == "cgroup2" and not controller) or (
+                    fstype == "cgroup" and controller and controller in options.split(",")):
+                return Path(point) / os.path.relpath(relative, root)
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def parent() -> tuple[Path | None, str]:
-    """(the cgroup to create sandboxes under, or None; why not)."""
-    explicit = os.environ.get(CGROUP_ENV)
-    base = Path(explicit) if explicit else _own_cgroup()
+def _creatable(base: Path) -> str:
+    probe = base / f"mdmkit-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as error:
+        return f"cannot create cgroups under {base} ({error.strerror})"
+    return ""
+
+
+def _v2(base: Path | None) -> tuple[Place | None, str]:
     if base is None:
         return None, "no cgroup v2 hierarchy is mounted"
     try:
@@ -48,72 +84,112 @@ def parent() -> tuple[Path | None, str]:
         return None, f"cannot read {base}/cgroup.subtree_control ({error.strerror})"
     if not {"memory", "pids"} <= set(enabled):
         return None, f"{base} does not delegate the memory and pids controllers to sub-cgroups"
-    probe = base / f"mdmkit-probe-{os.getpid()}"
-    try:
-        probe.mkdir()
-        probe.rmdir()
-    except OSError as error:
-        return None, f"cannot create cgroups under {base} ({error.strerror})"
-    return base, ""
+    why = _creatable(base)
+    return (None, why) if why else (Place(base), "")
+
+
+def _v1() -> tuple[Place | None, str]:
+    memory, pids = _own("memory"), _own("pids")
+    if memory is None or pids is None:
+        return None, "no cgroup v1 memory and pids hierarchies"
+    why = _creatable(memory) or _creatable(pids)
+    return (None, why) if why else (Place(memory, pids), "")
+
+
+@functools.lru_cache(maxsize=1)
+def parent() -> tuple[Place | None, str]:
+    """(where to create sandboxes' cgroups, or None; why not)."""
+    explicit = os.environ.get(CGROUP_ENV)
+    if explicit:
+        return _v2(Path(explicit))
+    place, why_not_v2 = _v2(_own(""))
+    if place is not None:
+        return place, ""
+    place, why_not_v1 = _v1()
+    return (place, "") if place is not None else (None, f"{why_not_v2}; {why_not_v1}")
 
 
 class Cgroup:
-    """A fresh cgroup under `parent` with the sandbox's memory and task limits."""
+    """A fresh cgroup (v2) or pair of cgroups (v1) with the sandbox's memory and task limits."""
 
-    def __init__(self, parent_dir: Path, memory_mb: int, max_tasks: int):
-        self.path = parent_dir / f"mdmkit-sandbox-{os.getpid()}-{next(_counter)}"
-        self.path.mkdir()
+    def __init__(self, place: Place, memory_mb: int, max_tasks: int):
+        name = f"mdmkit-sandbox-{os.getpid()}-{next(_counter)}"
+        self.v1 = place.pids is not None
+        self.dirs = [place.memory / name] + ([place.pids / name] if self.v1 else [])
+        self.path = self.dirs[0]
+        limit = str(memory_mb * 1024 * 1024)
         try:
-            self._write("memory.max", str(memory_mb * 1024 * 1024))
-            if (self.path / "memory.swap.max").exists():
-                self._write("memory.swap.max", "0")
-            self._write("pids.max", str(max_tasks))
+            for directory in self.dirs:
+                directory.mkdir()
+            if self.v1:
+                self._write(self.dirs[0] / "memory.limit_in_bytes", limit)
+                if (self.dirs[0] / "memory.memsw.limit_in_bytes").exists():  # no swap beyond the limit
+                    self._write(self.dirs[0] / "memory.memsw.limit_in_bytes", limit)
+                self._write(self.dirs[1] / "pids.max", str(max_tasks))
+            else:
+                self._write(self.path / "memory.max", limit)
+                if (self.path / "memory.swap.max").exists():
+                    self._write(self.path / "memory.swap.max", "0")
+                self._write(self.path / "pids.max", str(max_tasks))
         except OSError:
             self.remove()
             raise
 
-    def _write(self, name: str, value: str) -> None:
-        (self.path / name).write_text(value)
+    @staticmethod
+    def _write(path: Path, value: str) -> None:
+        path.write_text(value)
 
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv`, started inside this cgroup (a shell moves itself in, then execs it: no race with forks)."""
-        return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+        files = [str(directory / "cgroup.procs") for directory in self.dirs]
+        script = 'echo 0 > "$0" && exec "$@"' if len(files) == 1 else \
+            'echo 0 > "$0" && echo 0 > "$1" && shift && exec "$@"'
+        return ["/bin/sh", "-c", script, *files, *argv]
 
-    def _events(self, name: str) -> dict[str, int]:
+    @staticmethod
+    def _events(path: Path) -> dict[str, int]:
         try:
-            lines = (self.path / name).read_text().split("\n")
+            lines = path.read_text().split("\n")
         except OSError:
             return {}
-        return {k: int(v) for k, v in (line.split() for line in lines if line.strip())}
+        pairs = (line.split() for line in lines if line.strip())
+        return {fields[0]: int(fields[1]) for fields in pairs if len(fields) == 2 and fields[1].isdigit()}
 
     def breach(self) -> str:
         """Which limit the kernel enforced so far ("" if none)."""
-        if self._events("memory.events").get("oom_kill", 0):
+        memory = self.dirs[0] / ("memory.oom_control" if self.v1 else "memory.events")
+        if self._events(memory).get("oom_kill", 0):
             return "memory"
-        if self._events("pids.events").get("max", 0):
+        if self._events(self.dirs[-1] / "pids.events").get("max", 0):
             return "tasks"
         return ""
 
     def pids(self) -> list[int]:
-        try:
-            return [pid for pid in map(int, (self.path / "cgroup.procs").read_text().split()) if pid > 1]
-        except OSError:
-            return []
+        found: set[int] = set()
+        for directory in self.dirs:
+            try:
+                found.update(pid for pid in map(int, (directory / "cgroup.procs").read_text().split()) if pid > 1)
+            except OSError:
+                pass
+        return sorted(found)
 
-    def kill(self) -> None:
-        """Everything in the cgroup, at once where the kernel has cgroup.kill (5.14+), else one by one."""
-        try:
-            self._write("cgroup.kill", "1")
-        except OSError:
-            pass
-        procs.kill_until_gone(self.pids)
+    def kill(self) -> list[int]:
+        """Everything in the cgroup, at once where the kernel has cgroup.kill (v2, 5.14+), else one by one;
+        the survivors, if any."""
+        if not self.v1:
+            try:
+                self._write(self.path / "cgroup.kill", "1")
+            except OSError:
+                pass
+        return procs.kill_until_gone(self.pids)
 
     def remove(self) -> None:
-        for _ in range(200):  # the kernel empties a killed cgroup within milliseconds
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.005)
+        for directory in self.dirs:
+            for _ in range(200):  # the kernel empties a killed cgroup within milliseconds
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)

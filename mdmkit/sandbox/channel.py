@@ -3,8 +3,11 @@
 All waiting happens in `_exchange`, one selector over the reply pipe, the program's stdout and stderr and a
 pidfd: output is drained as it comes (kept up to a cap), the watchdog runs every 20 ms, and the deadline is
 checked on every wake-up, so the caller never blocks past the timeout, whatever the program does with its
-pipes. `stop` kills the whole sandbox (cgroup, pid namespace, process tree, session) and checks that nothing
-of it is left.
+pipes. The sandbox's first frame is a handshake its trusted start-up writes once confined, before any candidate
+code runs: without it, a failure is the sandbox's (it did not start), with it, the program's. What protected a
+run is what the caller set up or sees in /proc, never what the program says. `stop` kills the whole sandbox
+(cgroup, pid namespace, process tree, session); processes that survive are reported, and no later sandbox
+starts in this process while they live.
 """
 
 from __future__ import annotations
@@ -16,16 +19,27 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from functools import lru_cache
+from itertools import count
 from pathlib import Path
 
+from mdmkit.core.errors import MdmkitError
 from mdmkit.sandbox import cgroups, codec, procs
 from mdmkit.sandbox.isolation import Backend, bwrap_argv, interpreter
 from mdmkit.sandbox.limits import SandboxLimits
 
 _POLL_S = 0.02
 _CHUNK = 65536
+_READY = {"ready": True}
+# Started by root, bwrap runs each program as a host uid of its own, which no account uses: RLIMIT_NPROC then
+# counts one sandbox alone, and no two sandboxes share an identity.
+_UID_BASE = 2_000_000_000
+_uids = count()
+_NAMESPACES = (("user", "userns"), ("net", "netns"), ("pid", "pidns"), ("ipc", "ipcns"), ("mnt", "mntns"))
+_leaked: list[tuple[int, bytes]] = []  # processes that survived a sandbox's SIGKILL, as `procs.identities`
+_leaked_lock = threading.Lock()
 # Reads the compiled `codec` and `child` modules from the request pipe and serves (see child.py).
 _BOOT = """import marshal, os, sys, types
 r, w = int(sys.argv[1]), int(sys.argv[2])
@@ -52,7 +66,7 @@ sys.modules["mdmkit.sandbox.child"].main(r, w)
 def _payload() -> bytes:
     here = Path(__file__).parent
     codes = [(f"mdmkit.sandbox.{name}", compile((here / f"{name}.py").read_text(), f"{name}.py", "exec"))
-             for name in ("codec", "child")]
+             for name in ("codec", "confine", "child")]
     body = marshal.dumps(codes)
     return len(body).to_bytes(4, "big") + body
 
@@ -60,6 +74,20 @@ def _payload() -> bytes:
 class Stopped(BaseException):
     """The sandbox stopped before answering (timeout, a limit, or the program ended); not an `Exception`, so
     the dataset's checks cannot swallow it."""
+
+
+class LeftoverProcesses(MdmkitError):
+    """Processes of an earlier sandbox survived SIGKILL; running more programs beside them is refused."""
+
+
+def _refuse_if_leaked() -> None:
+    with _leaked_lock:
+        left = procs.kill_until_gone(lambda: procs.alive(_leaked)) if _leaked else []
+        _leaked[:] = [entry for entry in _leaked if entry[0] in left]
+        if _leaked:
+            raise LeftoverProcesses(
+                f"processes {[pid for pid, _ in _leaked]} of an earlier sandbox survived SIGKILL; refusing to run "
+                "more programs in this process until they are gone")
 
 
 class Sandbox:
@@ -72,8 +100,10 @@ class Sandbox:
         self.truncated = False
         self.returncode: int | None = None
         self.protections: list[str] = [backend.name] if not backend.fallback else []
+        self.survivors: list[int] = []
         self._reply, self._reply_eof = bytearray(), False
-        self._preamble, self._answered = b"", False
+        self._preamble, self._ready, self._answered = b"", False, False
+        self._unsent = memoryview(b"")
         self._req = self._rep = self._pidfd = None
         self._cgroup: cgroups.Cgroup | None = None
         self._workdir: str | None = None
@@ -83,6 +113,7 @@ class Sandbox:
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self) -> None:
+        _refuse_if_leaked()
         python, _ = interpreter()
         req_r, self._req = os.pipe()
         self._rep, rep_w = os.pipe()
@@ -121,45 +152,79 @@ class Sandbox:
             self._pidfd = None
         config = {"fallback": self.backend.fallback, "memory_mb": self.limits.memory_mb,
                   "max_processes": self.limits.max_processes, "max_file_mb": self.limits.max_file_mb,
-                  "max_open_files": self.limits.max_open_files, "cpu_s": int(self.limits.timeout_s) + 2}
+                  "max_open_files": self.limits.max_open_files, "cpu_s": int(self.limits.timeout_s) + 2,
+                  "disk_mb": self.limits.disk_mb, "workdir": self._workdir,
+                  "uid": _UID_BASE + os.getpid() % 100_000 * 1000 + next(_uids) % 1000
+                  if not self.backend.fallback and os.geteuid() == 0 else None}
         self._preamble = _payload() + codec.pack(config)  # sent with the first request: one round trip
         self.protections += ["rlimits"] + ([] if self._cgroup else ["watchdog"])
+        if self.backend.fallback:
+            self.protections.append("socket-guard")
 
     # -- exchange ------------------------------------------------------------------------------------------
     def request(self, message: dict) -> dict:
         data, self._preamble = self._preamble + codec.pack(message), b""
+        if not self._ready:
+            if self._exchange(data) != _READY:  # only the trusted start-up writes before the handshake
+                self.halt("error", "could not start the sandbox: its start-up broke the protocol")
+            self._ready, data = True, b""
+            self._observe()
         reply = self._exchange(data)
         self._answered = True
-        self.protections += [p for p in reply.pop("protections", []) if p not in self.protections]
         return reply
 
+    def _observe(self) -> None:
+        """What confines the sandbox's first process, as /proc shows it (the candidate has not run yet)."""
+        members = self._members()
+        if not members:
+            return
+        pid, seen = members[-1], []
+        for name, label in _NAMESPACES:
+            try:
+                if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
+                    seen.append(label)
+            except OSError:
+                pass
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            status = ""
+        if "\nSeccomp:\t2" in status:
+            seen.append("seccomp")
+        if any(line.split()[1] != "0" for line in status.splitlines() if line.startswith("Uid:")):
+            seen.append("non-root")
+        self.protections += seen
+
     def _exchange(self, data: bytes) -> dict:
-        """Send `data`, then wait for one reply frame; raises `Stopped` (after halting) when none can come."""
+        """Send `data` (after what is left of earlier data), then wait for one reply frame; raises `Stopped`
+        (after halting) when none can come."""
         if self.status:
             raise Stopped(self.reason)
-        pending = memoryview(data)
-        self._selector.register(self._req, selectors.EVENT_WRITE, "request")
-        writing, next_watch = True, time.monotonic() + _POLL_S
+        self._unsent = pending = memoryview(bytes(self._unsent) + data)  # a reply can come before all is sent
+        writing = bool(pending)
+        if writing:
+            self._selector.register(self._req, selectors.EVENT_WRITE, "request")
+        next_watch = time.monotonic() + _POLL_S
         try:
             while True:
                 now = time.monotonic()
                 if now >= self.deadline:
-                    self._halt("timeout", f"timed out after {self.limits.timeout_s:g} s")
+                    self.halt("timeout", f"timed out after {self.limits.timeout_s:g} s")
                 if now >= next_watch:
                     self._watch()
                     next_watch = now + _POLL_S
+                if not writing and (message := self._next_frame()) is not None:  # came with the last one
+                    return self._accepted(message)
                 for key, _ in self._selector.select(max(0.0, min(next_watch, self.deadline) - now)):
                     if key.data == "request":
-                        pending = pending[self._write(pending):]
+                        self._unsent = pending = pending[self._write(pending):]
                         if not pending:
                             self._selector.unregister(self._req)
                             writing = False
                     elif key.data in ("reply", "exit"):  # after an exit, a last reply may still sit in the pipe
                         message = self._read_reply()
                         if message is not None:
-                            if not self._answered or "ok" not in message:  # loading, or a failure: was a limit
-                                self._watch()  # the cause (a fork refused by RLIMIT_NPROC)? then that decides
-                            return message
+                            return self._accepted(message)
                         if key.data == "exit":
                             self._ended()
                     else:
@@ -167,6 +232,11 @@ class Sandbox:
         finally:
             if writing:
                 self._selector.unregister(self._req)
+
+    def _accepted(self, message: dict) -> dict:
+        if not self._answered or "ok" not in message:  # loading, or a failure: was it a limit?
+            self._watch()  # the cause (a fork refused by RLIMIT_NPROC)? then that decides
+        return message
 
     def _write(self, pending: memoryview) -> int:
         try:
@@ -200,7 +270,7 @@ class Sandbox:
         length = codec.header_length(bytes(self._reply[:4]))
         if length > self.limits.max_reply_bytes:
             cap = self.limits.max_reply_bytes
-            self._halt("failed", f"a reply of {length} bytes, more than max_reply_bytes={cap}")
+            self.halt("failed", f"a reply of {length} bytes, more than max_reply_bytes={cap}")
         if len(self._reply) < 4 + length:
             return None
         body, self._reply = bytes(self._reply[4:4 + length]), self._reply[4 + length:]
@@ -214,7 +284,7 @@ class Sandbox:
 
     def reject(self, why: str) -> None:
         """The program broke the protocol: that fails it, and no check can catch it (raises `Stopped`)."""
-        self._halt("failed", f"the program answered with something that is not plain data ({why})")
+        self.halt("failed", f"the program answered with something that is not plain data ({why})")
 
     def _drain(self, stream, name: str) -> None:
         try:
@@ -229,7 +299,7 @@ class Sandbox:
         sink += chunk[:room]
         if len(chunk) > room:
             self.truncated = True
-            self._halt("killed", f"output exceeded {self.limits.max_output_bytes} bytes")
+            self.halt("killed", f"output exceeded {self.limits.max_output_bytes} bytes")
 
     # -- watchdog and ends ---------------------------------------------------------------------------------
     def _members(self) -> list[int]:
@@ -246,13 +316,15 @@ class Sandbox:
             if breach:
                 limit = self.limits.memory_mb if breach == "memory" else self.limits.max_processes
                 unit = "MB" if breach == "memory" else "tasks"
-                self._halt("killed", f"the sandbox reached its {breach} limit ({limit} {unit}, cgroup)")
+                self.halt("killed", f"the sandbox reached its {breach} limit ({limit} {unit}, cgroup)")
             return
-        tasks, rss = procs.usage(self._members())
+        members = self._members()
+        tasks, rss = procs.usage(members)
+        rss += procs.private_tmpfs_bytes(members[1:], ("/tmp", "/dev/shm"))
         if tasks > self.limits.max_processes:
-            self._halt("killed", f"more than {self.limits.max_processes} tasks (processes and threads)")
+            self.halt("killed", f"more than {self.limits.max_processes} tasks (processes and threads)")
         if rss > self.limits.memory_mb * 1024 * 1024:
-            self._halt("killed", f"more than {self.limits.memory_mb} MB of memory in all its processes")
+            self.halt("killed", f"more than {self.limits.memory_mb} MB of memory in all its processes")
 
     def _ended(self) -> None:
         """The sandbox's main process exited (or closed its pipes) without answering."""
@@ -262,11 +334,13 @@ class Sandbox:
             code = None
         self.returncode = code
         self._drain_rest(self._proc.stderr, "stderr")
-        if not self._answered and self.stderr.startswith(b"bwrap: "):  # bubblewrap itself refused to start
-            self._halt("error", "could not start the sandbox: " + self.stderr.decode(errors="replace").strip())
+        self._watch()  # a limit the kernel enforced (an OOM kill in the cgroup) is why it ended
+        if not self._ready:  # bwrap or the start-up failed: no candidate code ran, so stderr is theirs
+            last = (self.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+            self.halt("error", f"could not start the sandbox (exit status {code}): {last[:300]}")
         if code is not None and (code < 0 or code > 128) and self._signal_name(code):
-            self._halt("killed", f"killed by signal {self._signal_name(code)}")
-        self._halt("failed", f"the program ended before answering (exit status {code})")
+            self.halt("killed", f"killed by signal {self._signal_name(code)}")
+        self.halt("failed", f"the program ended before answering (exit status {code})")
 
     @staticmethod
     def _signal_name(code: int) -> str:
@@ -276,7 +350,8 @@ class Sandbox:
         except ValueError:
             return ""
 
-    def _halt(self, status: str, reason: str) -> None:
+    def halt(self, status: str, reason: str) -> None:
+        """Record why the sandbox stopped (the first reason wins) and raise `Stopped`."""
         if not self.status:
             self.status, self.reason = status, reason
         raise Stopped(reason)
@@ -285,13 +360,20 @@ class Sandbox:
     def stop(self) -> None:
         """Kill everything of the sandbox, keep its last output, release pipes, cgroup and temp dir."""
         try:
-            if self._cgroup is not None:
-                self._cgroup.kill()
+            in_cgroup = procs.identities(self._cgroup.kill()) if self._cgroup is not None else []
             if self._proc is not None:
                 # Killing a pid namespace's init ends the namespace; the snapshot also covers the fallback.
                 snapshot = procs.identities(self._members())
-                procs.kill_until_gone(lambda: sorted(set(procs.alive(snapshot)) | set(self._members())))
-                self._proc.wait()  # `returncode` stays None unless the program ended on its own
+                left = procs.kill_until_gone(lambda: sorted(set(procs.alive(snapshot)) | set(self._members())))
+                self.survivors = sorted(set(left) | set(procs.alive(in_cgroup)))
+                if self.survivors:
+                    with _leaked_lock:
+                        _leaked.extend(procs.identities(self.survivors))
+                    self.status, self.reason = "killed", (
+                        f"processes {self.survivors} survived SIGKILL; no more programs run in this process "
+                        "until they are gone")
+                if not left:
+                    self._proc.wait()  # `returncode` stays None unless the program ended on its own
                 for stream, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr")):
                     self._drain_rest(stream, name)
         finally:

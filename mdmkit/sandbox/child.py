@@ -5,8 +5,9 @@ Runs inside the sandbox on a bare interpreter (`python -I -S`), shipped as compi
 the candidate controls this interpreter completely, and whatever it sends back is only data that the trusted
 checks on the caller's side compare.
 
-The first frame on `req_fd` configures (limits, fallback); after it, frames on `rep_fd` answer those on
-`req_fd` one for one: `load` -> {"ok": "loaded"} | {"error": kind, "message": ...}; `call` -> {"ok": value} |
+The first frame on `req_fd` configures (limits, fallback, uid); once confined, the sandbox writes
+{"ready": true} on `rep_fd`; after it, frames on `rep_fd` answer those on `req_fd` one for one:
+`load` -> {"ok": "loaded"} | {"error": kind, "message": ...}; `call` -> {"ok": value} |
 {"raised": exception name, "message": ...}.
 """
 
@@ -16,7 +17,7 @@ import resource
 import sys
 import types
 
-from mdmkit.sandbox import codec
+from mdmkit.sandbox import codec, confine
 
 
 def read_frame(fd):
@@ -56,24 +57,6 @@ def _limit(config):
             resource.setrlimit(getattr(resource, name), (value, value))
         except (ValueError, OSError):
             pass
-
-
-def _unshare():
-    """Process fallback only: a network and pid namespace where the kernel allows one (as root)."""
-    import ctypes
-
-    found = []
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        net, pid = 0x40000000, 0x20000000
-        if libc.unshare(net | pid) == 0:
-            return ["netns", "pidns"]
-        for flag, name in ((net, "netns"), (pid, "pidns")):
-            if libc.unshare(flag) == 0:
-                found.append(name)
-    except (OSError, AttributeError):
-        pass
-    return found
 
 
 def _guard_sockets():
@@ -131,7 +114,6 @@ def _load(message, namespace):
     return {"ok": "loaded"}
 
 
-_PROTECTIONS = []  # what the fallback could set up (namespaces, socket guard), reported with the load
 _HANDLES = []  # objects returned as opaque handles, which the checks may pass back as arguments
 
 
@@ -161,11 +143,7 @@ def serve(req_fd, rep_fd, namespace):
         message = read_frame(req_fd)
         if message is None:
             return
-        if message.get("op") == "load":
-            reply = _load(message, namespace)
-            reply["protections"] = _PROTECTIONS
-        else:
-            reply = _call(message, namespace)
+        reply = _load(message, namespace) if message.get("op") == "load" else _call(message, namespace)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -175,23 +153,26 @@ def serve(req_fd, rep_fd, namespace):
 
 
 def main(req_fd, rep_fd):
-    """Configure from the first frame, then serve; in the process fallback, from a forked grandchild."""
+    """Configure from the first frame, confine this interpreter, say so (the handshake: the caller now knows
+    the sandbox started, before any candidate code ran), then serve. The fallback serves from a forked
+    grandchild, the first process of its new pid namespace."""
     config = read_frame(req_fd)
     if config is None:
         os._exit(0)
-    protections = []
     if config["fallback"]:
-        protections = _unshare()
-        pid = os.fork()  # the candidate's parent is this throwaway process; it is pid 1 of the new namespace
+        _, mount_private = confine.namespaces(config["workdir"], config["disk_mb"])
+        pid = os.fork()
         if pid:
             os.close(req_fd)
             os.close(rep_fd)
             code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             os._exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
+        mount_private()
         _guard_sockets()
-        protections.append("socket-guard")
+    confine.drop_privileges(config.get("uid"))
     _limit(config)
-    _PROTECTIONS.extend(protections)
+    confine.seccomp()
+    _write(rep_fd, {"ready": True})
     module = types.ModuleType("__main__")
     module.__dict__["__builtins__"] = builtins
     module.__file__ = "program.py"

@@ -18,6 +18,10 @@ import sys
 MAX_DEPTH = 64
 MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns, and the longest range rebuilt
 MAX_SHARED_HASHES = 64  # keys of one set or mapping that share one hash: inserting them is quadratic in their number
+# Numbers the trusted checks may compute with in time linear in a reply: int(Decimal('1e999999999')) would take
+# forever from 14 bytes, and parsing a long digit string is quadratic (CPython's own default bound).
+MAX_INT_DIGITS = 4300
+MAX_DECIMAL_EXPONENT = 4300
 _HEADER = struct.Struct(">I")
 
 
@@ -190,8 +194,9 @@ def from_wire(data, resolve=None, depth=0):
 
 def _scalar(tag, v):
     try:
-        if tag == "builtin" and type(v) is str and isinstance(getattr(builtins, v, None), type):
-            return getattr(builtins, v)  # types only: int, str, ... (no functions such as exec or open)
+        kind = getattr(builtins, v, None) if tag == "builtin" and type(v) is str and not v.startswith("_") else None
+        if isinstance(kind, type) and kind.__module__ == "builtins":
+            return kind  # exact built-in types only: int, str, ... (no exec or open, no __loader__)
         if tag in ("bytes", "bytearray") and type(v) is str:
             return (bytes if tag == "bytes" else bytearray).fromhex(v)
         if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
@@ -199,7 +204,10 @@ def _scalar(tag, v):
         if tag == "Decimal" and type(v) is str and len(v) <= 1000:
             import decimal
 
-            return decimal.Decimal(v)
+            number = decimal.Decimal(v)
+            if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
+                raise WireError(f"a Decimal of exponent {number.adjusted()}, beyond +-{MAX_DECIMAL_EXPONENT}")
+            return number
         if tag == "Fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v):
             import fractions
 
@@ -223,10 +231,16 @@ def pack(message):
     return _HEADER.pack(len(body)) + body
 
 
+def _bounded_int(digits):
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise WireError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return int(digits)
+
+
 def unpack(body):
     """The message of one frame's body (trusted side: any failure is a `WireError`)."""
     try:
-        return json.loads(body.decode("utf-8", "surrogatepass"))
+        return json.loads(body.decode("utf-8", "surrogatepass"), parse_int=_bounded_int)
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
         raise WireError(f"not JSON: {str(error)[:200]}") from None
 

@@ -2,12 +2,13 @@
 
 `bwrap` gives the program a read-only view of the system's /usr and of the interpreter alone (no checkout, no
 home directory, no results files, no /etc beyond the loader cache), a private size-bounded /tmp and /dev/shm as
-its only writable places, and new user, pid, network, ipc, uts and cgroup namespaces; it dies with its parent
-and runs in its own session. The `process` fallback is the older sandbox: a child process with rlimits, a
-Python-level socket guard and, as root, network and pid namespaces; it shares the caller's file system and
-/proc. `auto` takes bwrap when it works, refuses on a GPU node (shared machines, where a run must not be able
-to touch other users' files), and elsewhere falls back to `process` with one warning naming what that does not
-contain. docs/sandbox.md has the whole table.
+its only writable places, a /proc of its own with /proc/sys read-only, and new pid, network, ipc, uts and cgroup
+namespaces (and a user namespace, started by a user); it runs as an unprivileged uid, dies with its parent and
+runs in its own session. The `process` fallback is a child process with rlimits, a Python-level socket guard
+and, where the kernel allows (`confine.namespaces`), network, pid, ipc and mount namespaces with private /tmp,
+/dev/shm and /proc; it shares the rest of the caller's file system. `auto` takes bwrap when it works, refuses
+on a GPU node (shared machines, where a run must not be able to touch other users' files), and elsewhere falls
+back to `process` with one warning naming what that does not contain. docs/sandbox.md has the whole table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from mdmkit.sandbox.limits import ISOLATION_ENV, UnsafeExecutionError
 
@@ -48,11 +50,23 @@ def interpreter() -> tuple[str, str]:
     return os.path.realpath(executable), os.path.realpath(sys.base_prefix)
 
 
-def bwrap_argv(disk_mb: int) -> list[str]:
-    """bubblewrap's options up to the command (which follows)."""
+def bwrap_argv(disk_mb: int, root: bool | None = None) -> list[str]:
+    """bubblewrap's options up to the command (which follows).
+
+    Started by an unprivileged user, bwrap maps the sandbox's uid 65534 to that user. Started by root it would
+    map it to host root, which owns /proc/sys; so root's bwrap makes no user namespace and keeps only the
+    capabilities to change uid, which the sandbox's start-up uses at once to become an unprivileged host uid
+    (`confine.drop_privileges`) before any candidate code runs. /proc/sys and /proc/sysrq-trigger are
+    read-only in every case.
+    """
+    root = os.geteuid() == 0 if root is None else root
     size = str(disk_mb * 1024 * 1024)
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            "--uid", "65534", "--gid", "65534", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    if root:
+        argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
+    argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for path in _SYSTEM_DIRS:  # merged-/usr systems link these into /usr; others have real directories
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -61,8 +75,11 @@ def bwrap_argv(disk_mb: int) -> list[str]:
     argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     _, prefix = interpreter()
     if prefix != "/usr" and not prefix.startswith("/usr/"):
+        for parent in reversed(Path(prefix).parents[:-1]):  # searchable by the sandbox's unprivileged uid
+            argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", prefix, prefix]
     argv += ["--dev", "/dev", "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
+             "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
              "--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/",
              "--chdir", "/tmp", "--"]
     return argv

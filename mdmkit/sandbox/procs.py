@@ -92,6 +92,23 @@ def usage(pids: list[int]) -> tuple[int, int]:
     return tasks, rss
 
 
+def private_tmpfs_bytes(pids: list[int], paths: tuple[str, ...]) -> int:
+    """Bytes written to the sandbox's own tmpfs mounts at `paths` (files there hold memory that no process's
+    resident size shows), seen through the first of `pids` whose root the caller can reach; mounts that are
+    the caller's own (the fallback without a mount namespace) are not the sandbox's and count nothing."""
+    for pid in pids:
+        used = 0
+        try:
+            for path in paths:
+                inside, ours = os.statvfs(f"/proc/{pid}/root{path}"), os.statvfs(path)
+                if inside.f_fsid != ours.f_fsid:
+                    used += (inside.f_blocks - inside.f_bfree) * inside.f_frsize
+        except OSError:
+            continue
+        return used
+    return 0
+
+
 def identities(pids: list[int]) -> list[tuple[int, bytes]]:
     """(pid, start time) pairs: a pid the kernel reuses for another process later no longer matches."""
     found = []
@@ -114,7 +131,7 @@ def kill(pids: list[int]) -> None:
             pass
 
 
-def kill_until_gone(find, patience_s: float = 2.0) -> list[int]:
+def kill_until_gone(find, patience_s: float = 5.0) -> list[int]:
     """SIGKILL whatever `find()` returns until it returns nothing; the survivors if patience runs out."""
     deadline = time.monotonic() + patience_s
     while (pids := find()) and time.monotonic() < deadline:

@@ -12,6 +12,7 @@ passes when it loads; that is a convenience, not a verdict (its "loaded" reply c
 from __future__ import annotations
 
 import builtins
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ from mdmkit.sandbox.isolation import Backend
 from mdmkit.sandbox.limits import ExecutionResult, SandboxLimits
 
 _TESTS, _PRELUDE = "<checks>", "<checks prelude>"
+CHECKS_GRACE_S = 1.0  # the checks may run this long past the program's timeout, then they are stopped
+# Raised by the candidate, these would steer the checks' own control flow (a StopIteration ends the `map` an
+# `all(...)` reads, passing it); they arrive as an ordinary failure instead.
+_CONTROL_FLOW = ("StopIteration", "StopAsyncIteration", "GeneratorExit")
 _BUILTINS = {**vars(builtins), "print": lambda *args, **kwargs: None}  # the checks never write to our stdout
 
 
@@ -74,7 +79,7 @@ def _candidate_exception(name: str, message: str) -> Exception:
     """The built-in exception the candidate raised (so `except ValueError` in a check still works)."""
     kind = getattr(builtins, name, None)
     error: Exception = CandidateError(f"{name}: {message}")
-    if isinstance(kind, type) and issubclass(kind, Exception):
+    if isinstance(kind, type) and issubclass(kind, Exception) and name not in _CONTROL_FLOW:
         try:
             error = kind(message)
         except TypeError:  # built-ins with other signatures (UnicodeDecodeError, ...)
@@ -129,6 +134,8 @@ def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001
         return "error", f"the checks' prelude raised {type(error).__name__}: {error}"
     namespace.update({name: Remote(name, box) for name in check.remote})
+    previous = sys.gettrace()
+    sys.settrace(_deadline_tracer(box, box.deadline + CHECKS_GRACE_S))
     try:
         exec(compile(check.tests, _TESTS, "exec"), namespace)  # noqa: S102 -- the dataset's own asserts
     except Exception as error:  # noqa: BLE001 -- any failing check fails the program
@@ -138,4 +145,24 @@ def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
         if isinstance(error, AssertionError):
             return "failed", f"AssertionError{where}" + (f" ({error})" if str(error) else "")
         return "failed", f"{type(error).__name__}: {str(error)[:300]}{where}"
+    finally:
+        sys.settrace(previous)
     return "passed", ""
+
+
+def _deadline_tracer(box: Sandbox, deadline: float, clock=time.monotonic):
+    """A trace function that stops the checks (`Stopped`, which they cannot catch for good) at every function
+    call and every line of the checks' own code past `deadline`. Values from the sandbox are bounded
+    (`codec`), so no single line on them runs long; a loop over one is stopped here."""
+
+    def on_line(frame, event, arg):
+        if clock() > deadline:
+            box.halt("timeout", f"the checks ran past the program's timeout ({box.limits.timeout_s:g} s) plus "
+                                f"{CHECKS_GRACE_S:g} s")
+        return on_line
+
+    def on_call(frame, event, arg):
+        on_line(frame, event, arg)
+        return on_line if frame.f_code.co_filename in (_TESTS, _PRELUDE) else None
+
+    return on_call
