@@ -46,6 +46,40 @@ def _isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 
 
 @pytest.fixture
+def allow_code_execution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The opt-in the code sandbox asks for (tests/test_sandbox*.py use it for every test)."""
+    from mdmkit.sandbox import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, "1")
+
+
+@pytest.fixture(params=["bwrap", "process"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """The sandbox's two isolation modes; bwrap skips, naming why, where it cannot run."""
+    from mdmkit.sandbox import isolation
+
+    usable, why = isolation.bwrap_status()
+    if request.param == "bwrap" and not usable:
+        pytest.skip(f"no bwrap here: {why}")
+    return request.param
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A unique argv[0] for a sandbox attack's sleepers (`os.execv('/bin/sleep', [marker, '30'])`); any left
+    are killed afterwards, so even a failed test leaves nothing behind."""
+    import signal
+    import uuid
+
+    from sandbox_support import leftovers
+
+    name = f"mdmkit-attack-{uuid.uuid4().hex[:12]}"
+    yield name
+    for pid in leftovers(name):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
 def one_thread() -> Iterator[None]:
     """Tiny forwards run fastest, and share two cores best, on one intra-op thread (modules opt in)."""
     threads = torch.get_num_threads()

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
-import uuid
-import warnings
 from pathlib import Path
 
 import pytest
+from sandbox_support import FALLBACK_NS, ROOT, ROOT_USER, contained, leftovers, limits, run, sleeper, user_wide_nproc
 
 from mdmkit.core.errors import ConfigError
 from mdmkit.sandbox import (
@@ -34,80 +34,8 @@ from mdmkit.sandbox import (
     run_program,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-ROOT_USER = os.geteuid() == 0
-BWRAP, WHY_NOT = isolation.bwrap_status()
-MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=f"no bwrap here: {WHY_NOT}")), "process"]
-
-
-def _fallback_namespaces() -> bool:
-    """Whether the process fallback gets its namespaces here (as root, or where user namespaces are allowed)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = run_program("pass\n", SandboxLimits(isolation="process", timeout_s=30.0), allow=True)
-    return {"pidns", "mntns", "netns", "ipcns"} <= set(result.protections)
-
-
-FALLBACK_NS = _fallback_namespaces()
-
-
-def contained(mode: str) -> bool:
-    """bwrap, or the fallback with its namespaces: a private /tmp, /dev/shm and /proc, no network, own pids."""
-    return mode == "bwrap" or FALLBACK_NS
-
-
-def user_wide_nproc(mode: str) -> bool:
-    """The fallback run by a non-root user without a user namespace: RLIMIT_NPROC counts all this user's
-    processes, so a fork or thread bomb is stopped by fork() failing rather than by the watchdog's kill."""
-    return mode == "process" and not ROOT_USER and not FALLBACK_NS
-
-
-pytestmark = pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning")
-
-
-@pytest.fixture(autouse=True)
-def _allow(monkeypatch):
-    monkeypatch.setenv(ENV_VAR, "1")
-
-
-@pytest.fixture(params=MODES)
-def mode(request) -> str:
-    return request.param
-
-
-def limits(mode: str, **changes) -> SandboxLimits:
-    return SandboxLimits(**{"timeout_s": 3.0, "memory_mb": 256, "max_processes": 32, "max_output_bytes": 10_000,
-                            "isolation": mode, **changes})
-
-
-def run(mode: str, program: Check | str, **changes):
-    return run_program(program, limits(mode, **changes))
-
-
-def leftovers(marker: str) -> list[int]:
-    """Processes anywhere on the machine whose command line carries `marker`."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                found.append(int(entry))
-        except OSError:
-            pass
-    return found
-
-
-@pytest.fixture
-def marker():
-    """A unique argv[0] for the attack's sleepers (`os.execv('/bin/sleep', [marker, '30'])`); any left are
-    killed afterwards, so even a failed test leaves nothing behind."""
-    name = f"mdmkit-attack-{uuid.uuid4().hex[:12]}"
-    yield name
-    for pid in leftovers(name):
-        os.kill(pid, signal.SIGKILL)
-
-
-def sleeper(marker: str, seconds: int = 30) -> str:
-    return f"os.execv('/bin/sleep', [{marker!r}, '{seconds}'])"
+pytestmark = [pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning"),
+              pytest.mark.usefixtures("allow_code_execution")]
 
 
 # --- gate, settings, modes ------------------------------------------------------------------------------------
@@ -348,13 +276,10 @@ def test_hostile_batch_is_contained_and_good_programs_still_pass(mode):
 
 @pytest.fixture
 def outside_tmp():
-    """A directory of the caller's outside /tmp (the home directory), removed afterwards."""
-    path = Path.home() / f".mdmkit-sandbox-probe-{uuid.uuid4().hex[:12]}"
-    path.mkdir()
+    """A directory of the caller's outside /tmp (in /var/tmp, which any user may write), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="mdmkit-sandbox-probe-", dir="/var/tmp"))
     yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
+    shutil.rmtree(path)
 
 
 def test_file_system_outside_the_temp_dir(mode, tmp_path, monkeypatch, outside_tmp):

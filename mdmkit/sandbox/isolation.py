@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from mdmkit.sandbox import confine
 from mdmkit.sandbox.limits import ISOLATION_ENV, UnsafeExecutionError
 
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -112,8 +113,25 @@ def gpu_node() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd") or bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
+@functools.lru_cache(maxsize=1)
+def fallback_namespaces() -> bool:
+    """Whether the process fallback gets its network, pid, ipc and mount namespaces here (a user also needs a
+    user namespace of its own): one probe per process, since container runtimes may refuse `unshare`."""
+    flags = confine.CLONE_NEWNET | confine.CLONE_NEWPID | confine.CLONE_NEWIPC | confine.CLONE_NEWNS
+    flags |= confine.CLONE_NEWUSER if os.geteuid() != 0 else 0
+    python, _ = interpreter()
+    code = f"import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare({flags}) != 0)"
+    try:
+        probe = subprocess.run([python, "-I", "-S", "-c", code], capture_output=True, timeout=30, check=False)
+        return probe.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def not_contained() -> str:
-    """What the process fallback does not contain, for this user."""
+    """What the process fallback does not contain, for this user on this machine."""
+    if fallback_namespaces():
+        return "file-system reads and writes outside /tmp wherever this user may"
     gaps = ["file-system reads and writes anywhere this user may", "files left in /dev/shm",
             "the caller's /proc (its environment and memory)", "setns() into the caller's namespaces"]
     if os.geteuid() != 0:
@@ -154,7 +172,7 @@ def describe(isolation: str | None = None) -> str:
     mode = isolation or os.environ.get(ISOLATION_ENV, "auto")
     usable, why = bwrap_status()
     cgroup, no_cgroup = cgroups.parent()
-    limits = "cgroup v2 memory and pids limits" if cgroup else f"rlimits and a /proc watchdog ({no_cgroup})"
+    limits = f"cgroup memory and pids limits ({cgroup})" if cgroup else f"rlimits and a /proc watchdog ({no_cgroup})"
     if mode != "process" and usable:
         return f"bwrap (read-only system, private /tmp, no network, new namespaces) with {limits}"
     if mode == "bwrap" or (mode == "auto" and gpu_node()):
