@@ -202,6 +202,18 @@ def test_a_thread_bomb_is_stopped_near_the_task_limit(mode):
     assert max(map(int, result.stdout.split())) <= 32 + 2, result.stdout  # pids.max or RLIMIT_NPROC
 
 
+def test_no_program_mounts_anything(mode):
+    program = (  # a tmpfs in the working directory outlived the fallback's run as root, unbounded
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "os.mkdir('mnt')\n"
+        "print('mount', libc.mount(b'none', b'mnt', b'tmpfs', 0, None), ctypes.get_errno())\n"
+    )
+    result = run(mode, program)
+    assert result.passed, result.reason
+    if contained(mode) or not ROOT_USER:
+        assert "mount -1 1" in result.stdout, result.stdout  # EPERM: no capability left to mount with
+
+
 # --- the process fallback's namespaces ------------------------------------------------------------------------
 
 def test_fallback_programs_cannot_reach_their_siblings_or_the_caller():

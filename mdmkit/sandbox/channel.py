@@ -191,7 +191,7 @@ class Sandbox:
             status = ""
         if "\nSeccomp:\t2" in status:
             seen.append("seccomp")
-        if any(line.split()[1] != "0" for line in status.splitlines() if line.startswith("Uid:")):
+        if any(line.startswith("Uid:") and "0" not in line.split()[1:] for line in status.splitlines()):
             seen.append("non-root")
         self.protections += seen
 

@@ -160,7 +160,7 @@ def main(req_fd, rep_fd):
     if config is None:
         os._exit(0)
     if config["fallback"]:
-        _, mount_private = confine.namespaces(config["workdir"], config["disk_mb"])
+        mount_private = confine.namespaces(config["workdir"], config["disk_mb"])
         pid = os.fork()
         if pid:
             os.close(req_fd)

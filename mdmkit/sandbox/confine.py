@@ -58,37 +58,31 @@ def _mount(source, target, fstype, flags, data=None):
 
 
 def namespaces(workdir, disk_mb):
-    """Process fallback: unshare what the kernel allows; the names of what holds (a list), and a function the
-    first process of the new pid namespace calls to mount its private file systems."""
+    """Process fallback: new namespaces where the kernel allows them all (else none; a user needs a user
+    namespace too); returns what the first process of the new pid namespace calls to mount its private file
+    systems."""
     libc = _c()
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS
     if uid != 0:
         flags |= CLONE_NEWUSER
-    if libc.unshare(flags) != 0:  # all or nothing was too strict on some kernels: take what comes
-        got = []
-        for flag in (CLONE_NEWUSER,) if uid != 0 else ():
-            if libc.unshare(flag) == 0:
-                got.append(flag)
-        for flag in (CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC, CLONE_NEWNS):
-            if libc.unshare(flag) == 0:
-                got.append(flag)
-        flags = sum(got)
+    if libc.unshare(flags) != 0:  # all or none: the caller reads in /proc which the sandbox got
+        flags = 0
     if flags & CLONE_NEWUSER:
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
 
     def mount_private():
-        if not flags & CLONE_NEWNS:
-            return False
+        if not flags:
+            return
         size = f"size={disk_mb}m,mode=1777"
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
-        if flags & CLONE_NEWPID:  # this process is pid 1 of the new namespace: a /proc that shows only it
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            for path in filter(os.path.exists, ("/proc/sys", "/proc/sysrq-trigger")):
-                _mount(path, path, None, MS_BIND | MS_REC)
-                _mount(path, path, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY)
+        # This process is pid 1 of the new namespace: a /proc that shows only it, its kernel settings read-only.
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for path in filter(os.path.exists, ("/proc/sys", "/proc/sysrq-trigger")):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount(path, path, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY)
         for path in ("/tmp", "/dev/shm"):
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
@@ -96,9 +90,8 @@ def namespaces(workdir, disk_mb):
         if not os.path.realpath(workdir).startswith("/tmp/"):
             _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size)
         os.chdir(workdir)
-        return True
 
-    return flags, mount_private
+    return mount_private
 
 
 def drop_privileges(uid=None):
