@@ -4,7 +4,7 @@
         --command "python train.py experiment=sudoku_mdm"
 
 Reads the run's CSV log and the `kind: train` record that the run appended to the results file (or to
-`results.jsonl` in the run's directory, where scripts/device_train.sh puts it). A training chained over device
+`results.jsonl` in the run's directory, where tools/device/device_train.sh puts it). A training chained over device
 calls keeps its later legs in `<run>/leg1`, `leg2`, ... (docs/results/runs/): the page joins them into one curve,
 each leg's steps counted on from the leg before, and lists the legs. The test numbers come from the latest
 `kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt` (`python evaluate.py
@@ -52,7 +52,7 @@ def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def run_legs(run_dir: Path) -> list[Path]:
-    """The run directory, then its later legs `leg1`, `leg2`, ... (scripts/device_train.sh), in order."""
+    """The run directory, then its later legs `leg1`, `leg2`, ... (tools/device/device_train.sh), in order."""
     later = [p for p in run_dir.glob("leg*") if p.is_dir() and p.name[3:].isdigit()]
     return [run_dir, *sorted(later, key=lambda p: int(p.name[3:]))]
 
@@ -152,7 +152,7 @@ def main() -> None:
 
     leg_dirs = run_legs(args.run_dir)
     records = list(read_records(args.results_file))
-    for leg in leg_dirs:  # scripts/device_train.sh: each leg's records in its own directory
+    for leg in leg_dirs:  # tools/device/device_train.sh: each leg's records in its own directory
         if (leg / "results.jsonl").resolve() != args.results_file.resolve():
             records += read_records(leg / "results.jsonl")  # nothing where the file is absent
     records = list({json.dumps(r, sort_keys=True): r for r in records}.values())  # one copy of a record in two files

@@ -49,7 +49,7 @@ def test_model_sizes_match_their_names() -> None:
 
 def test_the_deep_paper_variant_differs_from_the_paper_model_in_depth_alone() -> None:
     """experiment=sudoku_paper_deep and its NI and sweep configs are sudoku_paper's with twice the layers at about
-    the same parameter count, under names of their own (scripts/device_paper.sh and device_ni.sh derive them)."""
+    the same parameter count, under names of their own (tools/device/device_paper.sh and device_ni.sh derive them)."""
     def both(config_name: str, group: str, option: str, *fixed: str) -> list[dict]:
         names = [option.format(model) for model in ("sudoku_paper", "sudoku_paper_deep")]
         configs = [to_container(compose_config(config_name, [*fixed, f"{group}={name}"])) for name in names]

@@ -33,7 +33,7 @@ def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypa
 
 
 def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """scripts/device_train.sh's layout: run/ then run/leg1 (warm restart), each leg's records in its directory."""
+    """tools/device/device_train.sh's layout: run/ then run/leg1 (warm restart), each leg's records in its directory."""
     run = tmp_path / "sudoku_run"
     calls = ((run, []), (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=4"]),
              # a second call goes on with leg1 where the first left it (its last.ckpt came back or stayed)

@@ -4,12 +4,12 @@
 # `make install`): the wheels the device image lacks (.whl/), the paper split's puzzles and its stuck grids of
 # every solve (runs/cache/, 8.9 MB + 2.4 MB: carried, they save the leg making them on the device). The model's
 # own stuck grids are committed beside it (checkpoints/sudoku_paper.stuck_grids.npz). Prints what to carry.
-#   bash scripts/device_prep.sh
+#   bash tools/device/device_prep.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
 export MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache}
-bash scripts/device_wheels.sh
+bash tools/device/device_wheels.sh
 # one batch of the leg's own data options on the CPU: the puzzles and stuck grids are made and cached on the way
 "$PYTHON" train.py experiment=sudoku_paper data.stuck_fraction=0.25 data.stuck_grids=all \
     data.stuck_file=checkpoints/sudoku_paper.stuck_grids.npz trainer.fast_dev_run=true trainer.accelerator=cpu \

@@ -3,8 +3,8 @@
 # checkout is tested with (read from PYTHON, default .venv/bin/python). The image (Python 3.12) has torch,
 # lightning, pyarrow and huggingface_hub 1.x but neither hydra-core, omegaconf, antlr4, datasets, dill nor
 # multiprocess (measured 2026-11-26). huggingface_hub stays the image's: a 2.x one breaks its transformers, which
-# lightning imports. scripts/device_env.sh installs .whl/ there and checks the imports.
-#   bash scripts/device_wheels.sh        then each device run: carry: [.whl]
+# lightning imports. tools/device/device_env.sh installs .whl/ there and checks the imports.
+#   bash tools/device/device_wheels.sh        then each device run: carry: [.whl]
 set -euo pipefail
 PYTHON=${PYTHON:-.venv/bin/python}
 version() { "$PYTHON" -c "import importlib.metadata as m; print(m.version('$1'))"; }

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Issue 20 in one 10-minute device call: the paper-scale models in MODELS (default both, side by side on one GPU:
 # each then gets about half its solo rate, docs/results/notes/paper_device_legs.md) train with
-# scripts/device_train.sh until TRAIN_TIME, each continuing from checkpoints/<name>.pt where that exists, with a
+# tools/device/device_train.sh until TRAIN_TIME, each continuing from checkpoints/<name>.pt where that exists, with a
 # learning-rate decay that ends at TRAIN_TIME (optim.anneal_by=max_time: each leg stops annealed), then
 # sweep their fronts on the GPU until the call's DEADLINE (seconds from the start). Everything lands in $OUT:
 # <name>.pt, <name>.tgz, <name>.log and the sweep rows <name>_fronts.jsonl (a sweep cut short resumes where it
 # stopped: evaluate.py skips rows it has).
 #
-# Before the call, here: the wheels the device image lacks in .whl/ (scripts/device_wheels.sh). The training
+# Before the call, here: the wheels the device image lacks in .whl/ (tools/device/device_wheels.sh). The training
 # data is made there (~64 s of 16 processes for Sudoku) unless its cache file is carried: the Sudoku paper
 # split's is 8.9 MB (sudoku_codec), and saves that minute for training. Then
-#   device run: scripts/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
+#   device run: tools/device/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
 # With EXTRA=data.stuck_fraction=..., carry the split's stuck points too (the .stuck.npz beside it; .stuck_all.npz
 # with data.stuck_grids=all), else they are made there first (2-3 minutes of one core).
 # A leg over two calls of one session: the first with DEADLINE=0 (no sweep) and EXTRA holding
@@ -38,10 +38,10 @@ fi
 leg() {  # NAME: train, then sweep the fronts on the trained model until the deadline
     local name=$1
     # shellcheck disable=SC2086
-    scripts/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" trainer.max_steps=100000 \
+    tools/device/device_train.sh "$name" "$TRAIN_TIME" "experiment=$name" trainer.max_steps=100000 \
         optim.anneal_by=max_time $EXTRA > /dev/null
     [ -f "$OUT/$name.pt" ] || { echo "[$name] no model: see $name.log"; return 1; }
-    # $TRAINED (ignored) outlives this call on a warm machine, for scripts/device_ni.sh; checkpoints/ is
+    # $TRAINED (ignored) outlives this call on a warm machine, for tools/device/device_ni.sh; checkpoints/ is
     # overwritten by the next call's copy of the tree, which holds the committed model until this one is copied in
     mkdir -p "$TRAINED" && cp "$OUT/$name.pt" "$TRAINED/$name.pt" && cp "$OUT/$name.pt" "checkpoints/$name.pt"
     local left=$((DEADLINE - (SECONDS - started)))

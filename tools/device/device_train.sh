@@ -2,7 +2,7 @@
 # One leg of a training longer than one remote call (a device call of 10 minutes, say), chained by its run
 # directory: runs/<NAME> travels to the machine and back.
 #
-#   scripts/device_train.sh NAME MAX_TIME [train.py overrides...]      e.g.  sudoku_paper 00:00:05:30 experiment=sudoku_paper
+#   tools/device/device_train.sh NAME MAX_TIME [train.py overrides...]      e.g.  sudoku_paper 00:00:05:30 experiment=sudoku_paper
 #
 # - the run's newest leg (runs/<NAME>, then runs/<NAME>/leg<K>) has checkpoints/last.ckpt: it resumes there
 #   (optimizer, EMA, step and data stream);
@@ -52,7 +52,7 @@ else
     echo "[$NAME] fresh run in $DIR" | tee -a "$LOG"
 fi
 
-"$PYTHON" "$(dirname "$0")/../train.py" "$@" "${START[@]}" "trainer.max_time='$MAX_TIME'" logger=csv \
+"$PYTHON" "$(dirname "$0")/../../train.py" "$@" "${START[@]}" "trainer.max_time='$MAX_TIME'" logger=csv \
     "results_file=$DIR/results.jsonl" trainer.enable_progress_bar=false 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 

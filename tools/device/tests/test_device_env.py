@@ -1,4 +1,4 @@
-"""scripts/device_env.sh: a device call whose image lacks a module stops in one line before any work."""
+"""tools/device/device_env.sh: a device call whose image lacks a module stops in one line before any work."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-SCRIPT = ROOT / "scripts" / "device_env.sh"
+SCRIPT = ROOT / "tools" / "device" / "device_env.sh"
 
 
 def source(tmp_path: Path, python: str) -> subprocess.CompletedProcess:
@@ -34,5 +34,5 @@ def test_a_module_broken_at_import_is_named_with_the_fix(tmp_path: Path) -> None
     done = source(tmp_path, str(python))
     assert done.returncode == 1 and "sourced" not in done.stdout
     expected = ("device_env.sh: cannot import datasets (ImportError: huggingface-hub>=1.5.0,<2.0 is required): "
-                "run scripts/device_wheels.sh here and carry .whl")
+                "run tools/device/device_wheels.sh here and carry .whl")
     assert done.stderr.strip().splitlines() == [expected]

@@ -3,7 +3,7 @@
 # docs/results/notes/paper_device_legs.md, as one chain (~45 min on 2 cores: run it in the background). It logs
 # each command with its time and stops at the first that fails.
 #
-#   scripts/paper_leg_pages.sh FROM > runs/leg_pages.log 2>&1 &
+#   tools/device/paper_leg_pages.sh FROM > runs/leg_pages.log 2>&1 &
 #
 # FROM: the folder of what the leg's last device call brought back: sudoku_paper.pt, sudoku_paper.tgz,
 # sudoku_paper_fronts.jsonl, and ni_sudoku_paper/ where the session trained NI's indicator. The model it

@@ -3,8 +3,8 @@
 # on the GPU: the indicator trained on NAME's own full-step trajectories over its training split, then NI against
 # threshold and full step with its oracle floor on the test split. Recording 20k trajectories of a 6M model takes
 # hours on 2 CPU cores, minutes on a GPU. Run on the machine that just trained NAME, still warm: its model is
-# runs/trained/<NAME>.pt (scripts/device_paper.sh) and its training split is cached in runs/cache/.
-#   device run: scripts/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
+# runs/trained/<NAME>.pt (tools/device/device_paper.sh) and its training split is cached in runs/cache/.
+#   device run: tools/device/device_ni.sh sudoku_paper     carry: [.whl]     timeout_s: 230
 # Back in $OUT/ni_<NAME>/: indicator.pt, results.jsonl, summary.json, pareto.png, ni.log and the indicator's
 # metrics.csv. NI_ARGS (ni_pipeline.py options, e.g. "--limit 200") and EXTRA (overrides of the indicator's
 # training) make a small dry run on a CPU with DEVICE=cpu. On a machine that trained no leg of NAME (a bare one)

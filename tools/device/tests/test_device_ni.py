@@ -1,4 +1,4 @@
-"""scripts/device_ni.sh: NI for a trained model in one device call, dry-run on a CPU with tiny settings."""
+"""tools/device/device_ni.sh: NI for a trained model in one device call, dry-run on a CPU with tiny settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-SCRIPT = ROOT / "scripts" / "device_ni.sh"
+SCRIPT = ROOT / "tools" / "device" / "device_ni.sh"
 
 
 def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained_there(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained
 
 def test_a_missing_name_prints_the_usage(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 2 and "scripts/device_ni.sh sudoku_paper" in done.stdout
+    assert done.returncode == 2 and "tools/device/device_ni.sh sudoku_paper" in done.stdout
 
 
 def test_a_machine_that_trained_no_leg_stops_at_once(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
-# Sourced at the start of a device call (scripts/device_paper.sh does): the device image has torch but neither
+# Sourced at the start of a device call (tools/device/device_paper.sh does): the device image has torch but neither
 # mdmkit installed nor some of its dependencies, so the wheels carried in .whl/ (made here by
-# scripts/device_wheels.sh) go to /tmp/site (on PYTHONPATH), and the uninstalled checkout's config package is
+# tools/device/device_wheels.sh) go to /tmp/site (on PYTHONPATH), and the uninstalled checkout's config package is
 # conf/ itself. Stops in one line, before any work, where a module is still missing. Sets PYTHON (python3 by
 # default), MDMKIT_CACHE_DIR (runs/cache) and TRAINED (runs/trained: the models device_paper.sh trained here).
-#   device run: source scripts/device_env.sh && $PYTHON scripts/bench_train_step.py ...     carry: [.whl]
+#   device run: source tools/device/device_env.sh && $PYTHON scripts/bench_train_step.py ...     carry: [.whl]
 PYTHON=${PYTHON:-python3}
 # the data cache and the trained models in the ignored runs/: a warm machine keeps them for the next call
 export PYTHON PYTHONUNBUFFERED=1 MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} TRAINED=${TRAINED:-runs/trained}
@@ -24,7 +24,7 @@ for name in ("hydra", "omegaconf", "datasets", "lightning", "mdmkit.conf"):
 PY
 )
 if [ -n "$missing" ]; then
-    echo "device_env.sh: cannot import $(echo "$missing" | paste -sd ';' -): run scripts/device_wheels.sh here and carry .whl" >&2
+    echo "device_env.sh: cannot import $(echo "$missing" | paste -sd ';' -): run tools/device/device_wheels.sh here and carry .whl" >&2
     return 1
 fi
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -1,4 +1,4 @@
-"""scripts/device_train.sh: a training chained over remote calls by what each call brings back."""
+"""tools/device/device_train.sh: a training chained over remote calls by what each call brings back."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import ROOT, TINY
 
-SCRIPT = ROOT / "scripts" / "device_train.sh"
+SCRIPT = ROOT / "tools" / "device" / "device_train.sh"
 OVERRIDES = [o for o in TINY if not o.startswith("trainer.max_steps")] + ["evaluate_after_training=false"]
 
 
@@ -84,4 +84,4 @@ def test_resume_only_trains_nothing_on_a_machine_without_the_runs_state(tmp_path
 def test_too_few_arguments_print_the_usage(tmp_path: Path, args: list[str]) -> None:
     done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=30,
                           check=False)
-    assert done.returncode == 2 and "scripts/device_train.sh NAME MAX_TIME" in done.stdout
+    assert done.returncode == 2 and "tools/device/device_train.sh NAME MAX_TIME" in done.stdout
