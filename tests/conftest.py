@@ -16,6 +16,9 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+# How long a test waits for a subprocess: a guard against hangs, never a speed check (a loaded 2-core machine may
+# be many times slower than an idle one). pytest-timeout (pyproject.toml) is the outer guard.
+WAIT_S = 1500
 # The real GSM8K / HumanEval / MBPP files (never downloaded by tests): $MDMKIT_BENCHMARK_DATA, else ../shared beside
 # the checkout. Tests that need them skip, naming the path, where they are absent.
 BENCHMARK_DATA = Path(os.environ.get("MDMKIT_BENCHMARK_DATA", ROOT.parent / "shared" / "data" / "benchmarks"))
@@ -119,7 +122,7 @@ def compose_config(config_name: str = "train", overrides: list[str] | tuple[str,
         return compose(config_name, overrides=list(overrides))
 
 
-def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     """Run `python train.py|evaluate.py overrides...` as a user would, in `cwd`."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
@@ -136,7 +139,7 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
-def run_script(name: str, *args: str, cache_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_script(name: str, *args: str, cache_dir: Path, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     """`python scripts/NAME.py args...` as a user would run it, from the checkout, with its own data cache."""
     return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=ROOT, check=False,
                           capture_output=True, text=True, timeout=timeout,

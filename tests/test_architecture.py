@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import grimp
+from conftest import WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -22,7 +23,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
     """import-linter on the `mdmkit` found first on the path from `root`, with `root`'s pyproject.toml."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run([str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache", "--no-logo"],
-                          cwd=root, env=env, capture_output=True, text=True, check=False, timeout=300)
+                          cwd=root, env=env, capture_output=True, text=True, check=False, timeout=WAIT_S)
 
 
 def test_the_layers_contract_holds() -> None:
@@ -56,5 +57,5 @@ def test_importing_a_task_loads_neither_samplers_nor_models() -> None:
     code = ("import sys, mdmkit.tasks.sudoku, mdmkit.tasks.maze, mdmkit.tasks.gsm8k, mdmkit.tasks.code; "
             "print(sorted(m for m in sys.modules if m.startswith(('mdmkit.samplers', 'mdmkit.models', "
             "'mdmkit.evaluation', 'mdmkit.training', 'lightning'))))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True)
     assert loaded.stdout.strip() == "[]"

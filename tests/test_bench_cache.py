@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import WAIT_S
 
 from mdmkit.analysis.kv_cache_page import accuracy_entries, speed_goal_lines
 from mdmkit.analysis.kv_cache_speed import (
@@ -83,7 +84,7 @@ def test_smoke_run_writes_the_page(tmp_path):
     rows = [_row("TopKSampler", "none", 0.6, k=1), _row("TopKSampler", "dual", 0.55, k=1)]
     out.with_name("kv_cache.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     done = subprocess.run([sys.executable, "scripts/bench_cache.py", "--quick", "--threads", "1", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stderr
     record = json.loads(out.with_name("kv_cache.json").read_text())
     assert {e["mode"] for e in record["speed"]["entries"]} == {"none", "prefix", "dual"}

@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BENCHMARK_DATA, ROOT, run_cli
+from conftest import BENCHMARK_DATA, ROOT, WAIT_S, run_cli
 
 SUDOKU = ROOT / "checkpoints" / "sudoku_mdm.pt"
 # what may differ between runs of the same measurement: clocks, the machine line, the command, the process count
 VOLATILE = {"time", "wall_time_s", "tokens_per_s", "machine", "config", "world_size", "git_commit"}
 
 
-def torchrun(*overrides: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def torchrun(*overrides: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     return subprocess.run(launch(*overrides), cwd=cwd, env=_env(), capture_output=True, text=True, check=False,
                           timeout=timeout)
 
@@ -125,7 +125,7 @@ def test_a_sweep_killed_with_one_rank_resumes_to_the_single_process_rows(tmp_pat
             victim = _rank_pid(run.pid, 1)
             assert victim is not None, "rank 1 not found"
             os.kill(victim, signal.SIGKILL)
-            assert run.wait(timeout=120) != 0  # torchrun ends the other rank and fails
+            assert run.wait(timeout=WAIT_S) != 0  # torchrun ends the other rank and fails
         finally:
             run.kill()
     written = len(rows(results))

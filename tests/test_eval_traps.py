@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_config, run_cli
+from conftest import ROOT, TINY, WAIT_S, compose_config, run_cli
 
 import mdmkit.evaluation.evaluate as evaluate_module
 from mdmkit.cli import _task_fields
@@ -147,7 +147,7 @@ def test_a_test_file_of_cached_training_puzzles_is_refused(tmp_path: Path) -> No
 
 def pareto_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts/pareto.py"), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=WAIT_S, check=False)
 
 
 def test_pareto_finds_the_rows_of_a_multirun_directory(tiny_sudoku: Path, tmp_path: Path) -> None:

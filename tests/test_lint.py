@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, WAIT_S
 
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -16,7 +16,7 @@ def _ruff(*paths: Path) -> subprocess.CompletedProcess:
     if not RUFF.exists():
         pytest.skip(f"ruff is not installed beside {sys.executable} (the dev extra: pip install -e '.[dev]')")
     command = [str(RUFF), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"), *map(str, paths)]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=WAIT_S)
 
 
 def test_the_checkout_is_ruff_clean() -> None:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import BENCHMARK_DATA
+from conftest import BENCHMARK_DATA, WAIT_S
 
 pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
@@ -98,7 +98,7 @@ def test_the_console_script_is_lm_evals_cli_with_mdmkit_registered(masked_dir, t
     command = [sys.executable, "-c", "from mdmkit.cli import lm_eval; lm_eval()", "--model", "mdmkit",
                "--model_args", f"ckpt={masked_dir},sampler=eb,gamma=0.1", "--include_path", str(task_dir),
                "--tasks", "gsm8k_local", "--limit", "2", "--batch_size", "2"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gsm8k_local" in done.stdout and "[mdmkit] 2 generations: NFE mean" in done.stdout
     # the table shows the shots the task used (1 here)
@@ -117,7 +117,7 @@ def test_a_bad_model_args_value_ends_the_console_script_with_one_line(masked_dir
          f"ckpt={masked_dir},{args}", "--tasks", "mdmkit_gsm8k", "--limit", "1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in cases}
     for args, message in cases.items():
-        _, err = running[args].communicate(timeout=300)
+        _, err = running[args].communicate(timeout=WAIT_S)
         assert running[args].returncode == 2, err[-2000:]
         assert "Traceback" not in err, err[-2000:]
         # beside lm-eval's own log lines, one line: the error

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BENCHMARK_DATA
+from conftest import BENCHMARK_DATA, WAIT_S
 
 pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
@@ -64,7 +64,7 @@ def run(tmp_path: Path, masked_dir: Path, tasks: Path, processes: int) -> tuple[
         "--model", "mdmkit", "--model_args", f"ckpt={masked_dir},sampler=topk,k=1,nfe_file={out}/nfe.jsonl",
         "--include_path", str(tasks), "--tasks", "stop_local,mdmkit_gsm8k", "--gen_kwargs", "max_gen_toks=12",
         "--limit", "5", "--batch_size", "1", "--device", "cpu", "--log_samples", "--output_path", str(out),
-        processes=processes), check=False, env=env, capture_output=True, text=True, timeout=600)
+        processes=processes), check=False, env=env, capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     (results_file,) = out.rglob("results_*.json")
     samples = {}

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(*command: str | Path, cwd: Path, site: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(site) if site else ""}
     return subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300, check=True)
+                          timeout=WAIT_S, check=True)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import WAIT_S
 
 from mdmkit.analysis import pareto, pareto_tables
 from mdmkit.analysis.aup import family_aup
@@ -227,7 +228,7 @@ def test_reading_fronts_imports_neither_torch_nor_matplotlib():
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "scripts/pareto.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=WAIT_S, check=False)
 
 
 def test_cli_writes_plot_page_and_rows(tmp_path):
@@ -323,14 +324,14 @@ def test_speculative_figure_draws_a_panel_per_rows_file(tmp_path):
     text = write_jsonl(tmp_path / "text.jsonl", [{**row("mdm: window-random", 4, 0.0), "spelling_accuracy": 0.4}])
     done = subprocess.run([sys.executable, "scripts/speculative_figure.py", f"{maze}:accuracy",
                            f"{text}:spelling_accuracy", "--out", str(tmp_path / "fig")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
     written = [json.loads(line) for line in (tmp_path / "fig.jsonl").read_text().splitlines()]
     assert [r["panel"] for r in written] == ["maze", "maze", "text"] and written[2]["accuracy"] == 0.0
     missing = subprocess.run([sys.executable, "scripts/speculative_figure.py", f"{tmp_path}/none.jsonl:accuracy",
                               "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, check=False,
-                              timeout=120)
+                              timeout=WAIT_S)
     assert missing.returncode == 2 and "none.jsonl" in missing.stderr
 
 
@@ -338,6 +339,6 @@ def test_rules_page_refuses_rows_of_several_models(tmp_path):
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("".join((ROOT / f"docs/results/rules_{task}.jsonl").read_text() for task in ("sudoku", "maze")))
     done = subprocess.run([sys.executable, str(ROOT / "scripts/rules_page.py"), str(mixed), "--out",
-                           str(tmp_path / "page")], capture_output=True, text=True, timeout=120, check=False)
+                           str(tmp_path / "page")], capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode != 0 and "holds rows of 2 task(s) and 2 checkpoint(s)" in done.stderr
     assert not (tmp_path / "page.md").exists()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import WAIT_S
 
 from mdmkit.analysis.roofline import (
     PAPER_8B,
@@ -33,7 +34,7 @@ CORRECTED_8B = PAPER_8B.with_convention("corrected")
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "scripts/roofline.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=WAIT_S, check=False)
 
 
 @pytest.mark.parametrize(("batch", "kv_length", "block", "printed"), [

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import WAIT_S
 
 from mdmkit.tasks import sudoku_generator
 from mdmkit.tasks.sudoku_generator import count_solutions, generate_puzzles, is_consistent, is_valid_solution
@@ -110,7 +111,7 @@ def test_spawned_workers_match() -> None:
         "puzzles, solutions = generate_puzzles(12, 34, seed=5, workers=2)\n"
         "sys.stdout.write(puzzles.tobytes().hex() + solutions.tobytes().hex())\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr
     puzzles, solutions = generate_puzzles(12, 34, seed=5)
     assert done.stdout == puzzles.tobytes().hex() + solutions.tobytes().hex()

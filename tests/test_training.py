@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, compose_config, run_cli
+from conftest import TINY, WAIT_S, compose_config, run_cli
 
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
@@ -140,12 +139,52 @@ TIME_BOXED = ["trainer.max_steps=100000", "trainer.max_time='00:00:00:02'", "tra
               "evaluate_after_training=false", "optim.warmup_steps=5"]
 
 
+class TrainingClock:
+    """The time Lightning's timer and mdmkit's callbacks read, passing only as training and validation run: a
+    training step takes `step_s` and a validation after training began `validation_s`, whatever the machine's
+    speed (so a 2-second limit is 20 steps here)."""
+
+    def __init__(self, step_s: float = 0.1, validation_s: float = 0.0) -> None:
+        self.now, self.step_s, self.validation_s = 1000.0, step_s, validation_s
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = monotonic
+
+
+@pytest.fixture
+def training_clock(monkeypatch: pytest.MonkeyPatch) -> TrainingClock:
+    import lightning.pytorch.callbacks.timer as lightning_timer
+
+    from mdmkit.training import callbacks
+
+    clock = TrainingClock()
+    monkeypatch.setattr(lightning_timer, "time", clock)
+    monkeypatch.setattr(callbacks, "time", clock)
+    training_step, validation_step = MDMModule.training_step, MDMModule.validation_step
+
+    def timed_step(module: MDMModule, *args: object) -> object:
+        clock.now += clock.step_s
+        return training_step(module, *args)
+
+    def timed_validation(module: MDMModule, *args: object) -> object:
+        if module.trainer.global_step > 0:  # not the sanity check before training
+            clock.now += clock.validation_s
+        return validation_step(module, *args)
+
+    monkeypatch.setattr(MDMModule, "training_step", timed_step)
+    monkeypatch.setattr(MDMModule, "validation_step", timed_validation)
+    return clock
+
+
+@pytest.mark.usefixtures("training_clock")
 def test_a_resumed_run_gets_its_time_limit_afresh(tmp_path: Path) -> None:
     """trainer.max_time limits each call: Lightning's timer carried the first call's time into the resumed one,
     which then stopped before its first step (a chain of time-boxed device calls never went on)."""
     first = train(tmp_path / "first", *TIME_BOXED)["global_step"]
     second = train(tmp_path / "second", *TIME_BOXED, f"ckpt_path={tmp_path}/first/checkpoints/last.ckpt")
-    assert 0 < first < second["global_step"]
+    assert first == 20 and second["global_step"] == 40  # 2 s of 0.1-second steps in each call
 
 
 def _last_lr(run: Path) -> list[float]:
@@ -153,10 +192,11 @@ def _last_lr(run: Path) -> list[float]:
     return [group["lr"] for group in state["optimizer_states"][0]["param_groups"]]
 
 
+@pytest.mark.usefixtures("training_clock")
 @pytest.mark.parametrize("anneal_by", ["max_steps", "max_time"])
 def test_anneal_by_max_time_ends_the_decay_with_the_time_limit(tmp_path: Path, anneal_by: str) -> None:
     summary = train(tmp_path, *TIME_BOXED, f"optim.anneal_by={anneal_by}")
-    assert summary["global_step"] < 50_000  # stopped by the time limit, far from max_steps
+    assert summary["global_step"] == 20  # stopped by the time limit, far from max_steps
     for lr in _last_lr(tmp_path):  # lr 1e-3; min_lr_ratio 0.1
         if anneal_by == "max_time":
             assert 1e-4 <= lr < 1.1e-4  # the cosine at (nearly) its end when the time ran out
@@ -169,20 +209,13 @@ def _logged_lrs(run: Path) -> list[float]:
         return [float(row["lr-AdamW/pg1"]) for row in csv.DictReader(handle) if row["lr-AdamW/pg1"]]
 
 
-def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, training_clock: TrainingClock) -> None:
     """optim.anneal_time: the decay spans the training time of all calls of a resumed run. The first of two
     2-second calls under a 4-second span stops about half-way down the cosine, and the resumed call goes on
     from there to its end (resumed without the span, a call starts again near the peak: the step count's
     cosine over 100k steps has barely begun). The validation Lightning runs after the time limit stopped
     training is not training time: made slow here, it must not count."""
-    validation_step = MDMModule.validation_step
-
-    def slow_validation(module: MDMModule, *args: object) -> object:
-        if module.trainer.global_step > 0:  # not the sanity check before training
-            time.sleep(1.0)
-        return validation_step(module, *args)
-
-    monkeypatch.setattr(MDMModule, "validation_step", slow_validation)
+    training_clock.validation_s = 1.0
     span = [*TIME_BOXED, "optim.anneal_by=max_time", "optim.anneal_time='00:00:00:04'", "trainer.log_every_n_steps=1"]
     train(tmp_path / "first", *span)
     first = torch.load(tmp_path / "first/checkpoints/last.ckpt", map_location="cpu", weights_only=False)
@@ -214,27 +247,16 @@ def test_the_loss_goes_to_the_progress_bar_only_where_one_shows(tmp_path: Path, 
 
 
 def test_the_logged_step_rate_times_training_and_leaves_validation_out(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """train/steps_per_s over windows of log_every_n_steps: each step here takes >= 0.1 s, so no window can pass 10
-    steps/s; each 2-step window holds a validation slowed to >= 1 s, which counted would put it under 1.7."""
-    training_step, validation_step = MDMModule.training_step, MDMModule.validation_step
-
-    def slow_step(module: MDMModule, *args: object) -> object:
-        time.sleep(0.1)
-        return training_step(module, *args)
-
-    def slow_validation(module: MDMModule, *args: object) -> object:
-        time.sleep(1.0)
-        return validation_step(module, *args)
-
-    monkeypatch.setattr(MDMModule, "training_step", slow_step)
-    monkeypatch.setattr(MDMModule, "validation_step", slow_validation)
+                                                                       training_clock: TrainingClock) -> None:
+    """train/steps_per_s over windows of log_every_n_steps: each step here takes 0.1 s, so a window runs at 10
+    steps/s; each 2-step window holds a validation of 1 s, which counted would put it at 1.7."""
+    training_clock.validation_s = 1.0
     train(tmp_path, "trainer.max_steps=8", "trainer.log_every_n_steps=2", "evaluate_after_training=false")
     with (tmp_path / "csv/version_0/metrics.csv").open() as handle:
         rates = {int(row["step"]): float(row["train/steps_per_s"])
                  for row in csv.DictReader(handle) if row["train/steps_per_s"]}
     assert sorted(rates) == [2, 4, 6]  # a window ends where the next step starts: none after the last
-    assert all(3.0 < rate <= 10.0 for rate in rates.values()), rates
+    assert rates == pytest.approx({2: 10.0, 4: 10.0, 6: 10.0}), rates
 
 
 def test_evaluate_cli_round_trip_on_both_checkpoint_kinds(tmp_path: Path) -> None:
@@ -317,7 +339,7 @@ def test_failed_jobs_are_listed_when_each_job_has_a_sweep_directory_of_its_own(t
 
 def test_ddp_with_two_cpu_processes(tmp_path: Path) -> None:
     out = run_cli("train.py", *TINY, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                  f"results_file={tmp_path}/r.jsonl", cwd=tmp_path, timeout=300)
+                  f"results_file={tmp_path}/r.jsonl", cwd=tmp_path, timeout=WAIT_S)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[sudoku] trained 4 steps" in out.stdout
     assert "| topk-confidence k=1: accuracy" in out.stdout  # the evaluation names its sampler and settings
