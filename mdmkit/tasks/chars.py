@@ -1,4 +1,4 @@
-"""Character-level text from the GSM8K training problems, for unconditional generation (issue #7's text task).
+"""Character-level text from the GSM8K training problems, for unconditional generation.
 
 The self-speculative paper measures text samples on text8 by *spelling accuracy* (§5.1, App. E.1): the
 share of generated words that occur in the training text, a word being the lowercase characters between two
