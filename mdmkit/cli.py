@@ -27,9 +27,7 @@ from mdmkit.core.config import to_container
 from mdmkit.core.errors import ConfigError, MdmkitError
 from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
 
-warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
-# wandb's banner and run summary (info only: its warnings and errors still show; WANDB_SHOW_INFO=true for all)
-os.environ.setdefault("WANDB_SHOW_INFO", "false")
+_resume: ResumePlan | None = None  # set by `train` when ckpt_path= names a run directory
 
 
 class _NoAdverts(logging.Filter):
@@ -37,12 +35,6 @@ class _NoAdverts(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).lstrip().startswith("💡 Tip")
-
-
-for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-    logging.getLogger(_name).addFilter(_NoAdverts())
-
-_resume: ResumePlan | None = None  # set by `train` when ckpt_path= names a run directory
 
 
 def _options(group: str, indent: int = 0) -> str:
@@ -53,7 +45,17 @@ def _options(group: str, indent: int = 0) -> str:
     return textwrap.fill(", ".join(names), width=110, initial_indent=margin, subsequent_indent=margin).lstrip()
 
 
-OmegaConf.register_new_resolver("mdmkit_options", _options, replace=True)
+def _set_up_process() -> None:
+    """What a command line sets for its whole process, here rather than at import (a library importing mdmkit
+    keeps its own warnings, logging and environment): quieter third-party output, the --help resolver."""
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # Lightning-internal noise
+    # wandb's banner and run summary (info only: its warnings and errors still show; WANDB_SHOW_INFO=true for all)
+    os.environ.setdefault("WANDB_SHOW_INFO", "false")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoAdverts) for f in logger.filters):
+            logger.addFilter(_NoAdverts())
+    OmegaConf.register_new_resolver("mdmkit_options", _options, replace=True)
 
 
 def _task_fields(overrides: list[str]) -> set[str]:
@@ -175,6 +177,7 @@ def train() -> None:
     """`train.py [key=value ...]`. With `ckpt_path=<run directory or a checkpoint in its checkpoints/>` the run
     goes on in its directory with its saved config, the overrides given now on top (see training/resume.py)."""
     global _resume
+    _set_up_process()
     _resume = _before_hydra(plan_resume)
     if _resume is not None:
         sys.argv[1:] = _resume.argv
@@ -230,6 +233,7 @@ def _check_task_named(argv: list[str]) -> None:
 
 def evaluate() -> None:
     """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
+    _set_up_process()
     _before_hydra(_check_task_named)
     _evaluate()
     _exit_if_jobs_failed()
@@ -259,6 +263,7 @@ def lm_eval() -> None:
     from mdmkit.evaluation.distributed import leave_process_group
     from mdmkit.evaluation.lm_eval_nfe import with_nfe
 
+    _set_up_process()
     if "--include_path" not in sys.argv:
         sys.argv += ["--include_path", str(Path(__file__).parent / "lm_eval_tasks")]
     if not hasattr(harness.simple_evaluate, "mdmkit_nfe"):  # the CLI reads `lm_eval.simple_evaluate`

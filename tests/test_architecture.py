@@ -59,3 +59,18 @@ def test_importing_a_task_loads_neither_samplers_nor_models() -> None:
             "'mdmkit.evaluation', 'mdmkit.training', 'lightning'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_importing_the_command_line_module_changes_nothing_of_the_process() -> None:
+    """Warning filters, environment, logging filters and the --help resolver are set by the entry points."""
+    code = ("import logging, os, warnings\nfrom omegaconf import OmegaConf\n"
+            "names = ('lightning.pytorch.utilities.rank_zero', 'lightning.fabric.utilities.rank_zero')\n"
+            "def state():\n"
+            "    return (len(warnings.filters), 'WANDB_SHOW_INFO' in os.environ,\n"
+            "        OmegaConf.has_resolver('mdmkit_options'), [len(logging.getLogger(n).filters) for n in names])\n"
+            "before = state()\nimport mdmkit.cli\nprint(before == state(), state())\n"
+            "mdmkit.cli._set_up_process()\nprint(before == state())\n")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SHOW_INFO"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True,
+                          env=env)
+    assert done.stdout.split("\n")[0].startswith("True") and done.stdout.split("\n")[1] == "False", done.stdout
