@@ -1,4 +1,4 @@
-"""The KV-cache page (scripts/bench_cache.py): equal NFE across cache modes, the per-round ratios, the accuracy
+"""The KV-cache page (benchmarks/bench_cache.py): equal NFE across cache modes, the per-round ratios, the accuracy
 comparison within a setting, and the files a smoke run writes."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import WAIT_S
 
-from mdmkit.analysis.kv_cache_page import accuracy_entries, speed_goal_lines
-from mdmkit.analysis.kv_cache_speed import (
+from benchmarks.kv_cache_page import accuracy_entries, speed_goal_lines
+from benchmarks.kv_cache_speed import (
     Generation,
     SpeedSetup,
     canvas,
@@ -83,8 +83,8 @@ def test_smoke_run_writes_the_page(tmp_path):
     out = tmp_path / "kv_cache"
     rows = [_row("TopKSampler", "none", 0.6, k=1), _row("TopKSampler", "dual", 0.55, k=1)]
     out.with_name("kv_cache.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = subprocess.run([sys.executable, "scripts/bench_cache.py", "--quick", "--threads", "1", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    command = [sys.executable, "-m", "benchmarks.bench_cache", "--quick", "--threads", "1", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stderr
     record = json.loads(out.with_name("kv_cache.json").read_text())
     assert {e["mode"] for e in record["speed"]["entries"]} == {"none", "prefix", "dual"}

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from mdmkit.analysis.overhead_text import EnoughSteps, StepClock, canvas, time_steps
+from benchmarks.overhead_text import EnoughSteps, StepClock, canvas, time_steps
 from mdmkit.samplers import RevealAllSampler, TopKSampler
 
 VOCAB, MASK = 6, 5

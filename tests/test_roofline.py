@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import WAIT_S
 
-from mdmkit.analysis.roofline import (
+from benchmarks.roofline import (
     PAPER_8B,
     PAPER_BATCH_SIZES,
     PAPER_BLOCK_SIZES,
@@ -23,7 +23,7 @@ from mdmkit.analysis.roofline import (
     roofline_table,
     sbd_speedup,
 )
-from mdmkit.analysis.roofline_tables import MODEL_PRESETS, compare_with_paper, paper_grid_table
+from benchmarks.roofline_tables import MODEL_PRESETS, compare_with_paper, paper_grid_table
 from mdmkit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ CORRECTED_8B = PAPER_8B.with_convention("corrected")
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/roofline.py", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "benchmarks.bench_roofline", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=WAIT_S, check=False)
 
 
@@ -148,7 +148,7 @@ def test_cli_default_reproduces_the_paper(tmp_path):
     assert set(result["tables"]) == {"paper", "corrected"}
     assert not (tmp_path / "sbd_roofline.png").exists()
     assert "table3: max |ours - paper|" in done.stdout
-    assert f"- Reproduce: `python scripts/roofline.py --out {out} --no-plot`" in page
+    assert f"- Reproduce: `python -m benchmarks.bench_roofline --out {out} --no-plot`" in page
 
 
 def test_cli_custom_model_and_errors(tmp_path):

@@ -1,15 +1,16 @@
 """The training step's parts that a device leg's speed rests on: the fused EMA update, the compiled training
-network, and the throughput bench (scripts/bench_train_step.py) that measures them."""
+network, and the throughput bench (benchmarks/bench_train_step.py) that measures them."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, compose_config, load_script
+from conftest import TINY, compose_config
 from torch import nn
 
 from mdmkit.core.config import to_container
@@ -69,7 +70,7 @@ def test_step_rate_counts_the_steps_it_timed() -> None:
 
 
 def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
-    bench = load_script("bench_train_step")
+    bench = importlib.import_module("benchmarks.bench_train_step")
     out = tmp_path / "page"
     bench.main([*TINY, "--device", "cpu", "--batch-sizes", "2", "4", "--compile", "off", "--seconds", "0.05",
                 "--out", str(out)])
@@ -78,12 +79,13 @@ def test_bench_page_compares_settings_at_equal_batch(tmp_path: Path) -> None:
     assert settings == [(2, "off", False), (4, "off", False)]
     assert all(r["vs_eager"] == 1.0 and r["steps"] >= 10 for r in data["rows"])
     page = out.with_suffix(".md").read_text()
-    assert "| 4 | off |" in page and "bench_train_step.py" in page and out.with_suffix(".png").stat().st_size > 0
+    assert "| 4 | off |" in page and "python -m benchmarks.bench_train_step" in page
+    assert out.with_suffix(".png").stat().st_size > 0
 
 
 def test_a_setting_that_fails_is_recorded_and_the_others_still_run(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = load_script("bench_train_step")
+    bench = importlib.import_module("benchmarks.bench_train_step")
     timed = bench.time_training_steps
 
     def compiled_runs_out_of_memory(config: dict, *args: object, **kwargs: object) -> object:

@@ -25,11 +25,14 @@ _SEPARATORS = {"l": "---", "r": "---:", "c": ":---:"}
 
 
 def command_line(script: str | Path, args: Sequence[str]) -> str:
-    """The command that re-makes a run, as typed in the repository root: `python scripts/<name>.py ARG...`.
+    """The command that re-makes a run, as typed in the repository root: `python scripts/<name>.py ARG...`, or
+    `python -m benchmarks.<name> ARG...` for a module of a package there (benchmarks/, experiments/<name>/).
 
     `script` is the script's file (its `__file__`); `args` are its arguments, quoted where the shell needs it.
     """
     path = Path(script).resolve()
+    if path.is_relative_to(ROOT) and (path.parent / "__init__.py").exists():
+        return shlex.join(["python", "-m", ".".join(path.relative_to(ROOT).with_suffix("").parts), *args])
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return shlex.join(["python", str(shown), *args])
 

@@ -3,7 +3,7 @@
 # tools/device/device_wheels.sh) go to /tmp/site (on PYTHONPATH), and the uninstalled checkout's config package is
 # conf/ itself. Stops in one line, before any work, where a module is still missing. Sets PYTHON (python3 by
 # default), MDMKIT_CACHE_DIR (runs/cache) and TRAINED (runs/trained: the models device_paper.sh trained here).
-#   device run: source tools/device/device_env.sh && $PYTHON scripts/bench_train_step.py ...     carry: [.whl]
+#   device run: source tools/device/device_env.sh && $PYTHON -m benchmarks.bench_train_step ...     carry: [.whl]
 PYTHON=${PYTHON:-python3}
 # the data cache and the trained models in the ignored runs/: a warm machine keeps them for the next call
 export PYTHON PYTHONUNBUFFERED=1 MDMKIT_CACHE_DIR=${MDMKIT_CACHE_DIR:-runs/cache} TRAINED=${TRAINED:-runs/trained}

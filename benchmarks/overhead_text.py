@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from mdmkit.analysis.kv_cache_speed import llada_like, random_network
+from benchmarks.kv_cache_speed import llada_like, random_network
 from mdmkit.models.denoiser import capabilities_of
 from mdmkit.samplers import (
     CreditSampler,

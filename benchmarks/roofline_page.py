@@ -1,7 +1,7 @@
 """The SBD roofline page: Tables 3 and 4 as markdown (next to the paper's values on its setup), a figure of
 the slowdowns, and every value as JSON.
 
-Why apart from `mdmkit.analysis.roofline`: the cost model stays a few pure functions that tests and notebooks
+Why apart from `benchmarks.roofline`: the cost model stays a few pure functions that tests and notebooks
 import; this module only renders what they compute, and states the model, the GPU and the formula on the page
 so that a reader can check a number without the code.
 """
@@ -12,8 +12,7 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
-from mdmkit.analysis.pages import Page, markdown_table
-from mdmkit.analysis.roofline import (
+from benchmarks.roofline import (
     PAPER_8B,
     PAPER_H100,
     PAPER_NFE_SPEEDUPS,
@@ -24,7 +23,7 @@ from mdmkit.analysis.roofline import (
     forward_time,
     roofline_table,
 )
-from mdmkit.analysis.roofline_tables import (
+from benchmarks.roofline_tables import (
     PAPER,
     ROUNDING_TOLERANCE,
     compare_with_paper,
@@ -32,6 +31,7 @@ from mdmkit.analysis.roofline_tables import (
     paper_value,
     paper_values_json,
 )
+from mdmkit.analysis.pages import Page, markdown_table
 
 
 class RooflineGrid(NamedTuple):

@@ -1,9 +1,9 @@
 """Set Block Decoding on the arithmetic task: forwards per token and wall-clock speed against NTP decoding.
 
-    python scripts/bench_sbd.py                          # train all three models, then measure (CPU: ~1 h)
-    python scripts/bench_sbd.py --ntp PATH/model.pt      # reuse an NTP model; fine-tune (a) and (b) from it
-    python scripts/bench_sbd.py --ntp A --ntp-ft B --sbd C   # measure only
-    python scripts/bench_sbd.py --quick                  # smoke run (tiny training, 64 test problems)
+    python -m benchmarks.bench_sbd                          # train all three models, then measure (CPU: ~1 h)
+    python -m benchmarks.bench_sbd --ntp PATH/model.pt      # reuse an NTP model; fine-tune (a) and (b) from it
+    python -m benchmarks.bench_sbd --ntp A --ntp-ft B --sbd C   # measure only
+    python -m benchmarks.bench_sbd --quick                  # smoke run (tiny training, 64 test problems)
 
 Protocol (issue 6): an NTP model is trained on `task=arithmetic`; from it, (a) NTP-only and (b) SBD fine-tunes
 run with identical data, steps and optimiser (`experiment=arithmetic_ntp_finetune` / `arithmetic_sbd`). On the

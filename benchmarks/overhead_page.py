@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from mdmkit.analysis.overhead import GOAL, Case, ForwardTimes, summary
-from mdmkit.analysis.overhead_profile import CATEGORIES
+from benchmarks.overhead import GOAL, Case, ForwardTimes, summary
+from benchmarks.overhead_profile import CATEGORIES
 from mdmkit.analysis.pages import Page, markdown_table, stamp
 
 
@@ -36,7 +36,7 @@ def overhead_record(cases: list[Case], forward: ForwardTimes, components_ms: dic
         "seq_len": 89,
         "dtype": "float32",
         "method": "record-and-replay stub: real trajectories recorded once, sampler timed with the network "
-        "replaced by a lookup of the recorded logits (see mdmkit.analysis.overhead)",
+        "replaced by a lookup of the recorded logits (see benchmarks.overhead)",
         "trials": len(forward.full_batch),
         "forward_ms": _milliseconds(forward.full_batch),
         # forward time by active rows (median over trials of per-trial medians), to cost each trajectory
@@ -168,7 +168,7 @@ def markdown(record: dict[str, Any], page: Page) -> str:
             f"`{page.name('.json')}`, chart: `{page.name('.png')}`."
         ),
         ("- Text models (LLaDA-architecture networks and lm-eval's BERT at batch 8, every rule): "
-         "[sampler_overhead_text.md](sampler_overhead_text.md), `python scripts/bench_text_overhead.py`."),
+         "[sampler_overhead_text.md](sampler_overhead_text.md), `python -m benchmarks.bench_text_overhead`."),
     ]
     lines.append(
         "- Forward time by active rows (ms): "

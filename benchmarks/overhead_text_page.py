@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from mdmkit.analysis.overhead import GOAL
-from mdmkit.analysis.overhead_text import TEXT_NETWORKS, TextCase
+from benchmarks.overhead import GOAL
+from benchmarks.overhead_text import TEXT_NETWORKS, TextCase
 from mdmkit.analysis.pages import Page, markdown_table, stamp
 
 

@@ -2,7 +2,7 @@
 
 Why: a cost model is only trusted once it reproduces the numbers it claims to explain. The paper's tables are
 transcribed here cell by cell so that `compare_with_paper` can say, for every printed value, how far our
-`mdmkit.analysis.roofline` is from it; the presets name the real models and GPUs the same analysis is run for.
+`benchmarks.roofline` is from it; the presets name the real models and GPUs the same analysis is run for.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from mdmkit.analysis.roofline import (
+from benchmarks.roofline import (
     PAPER_8B,
     PAPER_BATCH_SIZES,
     PAPER_BLOCK_SIZES,

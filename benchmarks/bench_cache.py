@@ -1,17 +1,17 @@
 """Approximate KV caches for masked diffusion (`cache=none|prefix|dual`): accuracy cost and wall clock per token.
 
-    python scripts/bench_cache.py --checkpoint outputs/arithmetic_mdm/<run>/model.pt --run-accuracy   # everything
-    python scripts/bench_cache.py --skip-speed      # re-make the page from kv_cache.jsonl, keep the timed numbers
-    python scripts/bench_cache.py --quick --out /tmp/kv_cache   # smoke run: tiny network, no accuracy commands
+    python -m benchmarks.bench_cache --checkpoint outputs/arithmetic_mdm/<run>/model.pt --run-accuracy   # everything
+    python -m benchmarks.bench_cache --skip-speed      # re-make the page from kv_cache.jsonl, keep the timed numbers
+    python -m benchmarks.bench_cache --quick --out /tmp/kv_cache   # smoke run: tiny network, no accuracy commands
 
 Accuracy: an MDM trained on the arithmetic task (`python train.py experiment=arithmetic_mdm`; prompt, then a
 chain of thought) sampled in semi-AR blocks by threshold, EB and Top-k samplers, each with cache none, prefix and
 dual. The rows come from `evaluate.py` Hydra multiruns appending to `<out>.jsonl`; `--run-accuracy` runs them
 (rows already there are skipped), and the page names them either way.
 
-Speed (`mdmkit.analysis.kv_cache_speed`): wall clock per generated token of the three modes side by side in one
+Speed (`benchmarks.kv_cache_speed`): wall clock per generated token of the three modes side by side in one
 process, at equal NFE (a fixed-steps sampler), on a random-weight LLaDA-architecture `DiffusionLM`, batch 1
-and 8. The page is written by `mdmkit.analysis.kv_cache_page`.
+and 8. The page is written by `benchmarks.kv_cache_page`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from mdmkit.analysis.kv_cache_page import accuracy_entries, kv_cache_page, write_kv_cache_page
-from mdmkit.analysis.kv_cache_speed import (
+from benchmarks.kv_cache_page import accuracy_entries, kv_cache_page, write_kv_cache_page
+from benchmarks.kv_cache_speed import (
     SpeedSetup,
     llada_like,
     random_network,

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from mdmkit.analysis.overhead import Case, median_seconds, replay_once
+from benchmarks.overhead import Case, median_seconds, replay_once
 
 CATEGORIES = (
     "vocabulary-wide ops on [R, L, V] (mask-token fill, softmax, argmax, entropy, top-2)",

@@ -1,16 +1,16 @@
 """Roofline estimate of Set Block Decoding (SBD) speedups: the paper's Tables 3 and 4, or your model and GPU.
 
-    python scripts/roofline.py                                   # the paper's H100 / 8B tables vs ours
-    python scripts/roofline.py --model llama3.1-8b --gpu h200 --weight-bytes 2 --kv-bytes 2 \
+    python -m benchmarks.bench_roofline                                   # the paper's H100 / 8B tables vs ours
+    python -m benchmarks.bench_roofline --model llama3.1-8b --gpu h200 --weight-bytes 2 --kv-bytes 2 \
         --out docs/results/sbd_roofline_llama_h200
-    python scripts/roofline.py --name "13B, MHA" --hidden-dim 5120 --ffn-dim 13824 --gated-ffn \
+    python -m benchmarks.bench_roofline --name "13B, MHA" --hidden-dim 5120 --ffn-dim 13824 --gated-ffn \
         --num-heads 40 --num-kv-heads 40 --num-layers 40 --vocab-size 32000 --weight-bytes 2 --kv-bytes 2 \
         --peak-flops 312e12 --attention-peak-flops 312e12 --memory-bandwidth 2.0e12 --out outputs/a100_13b
 
 Writes <out>.md (tables; with the paper's setup, each cell as "ours (paper)" plus the deviation), <out>.json
 (every value) and <out>.png (slowdown time(k)/time(1) against KV length, one line per block size k).
 Table 3 = time(k) / time(1); Table 4 = k time(1) / (time(2k) + (l - 1) time(k)), l = k / NFE speedup
-(see `mdmkit.analysis.roofline` for the cost model and the paper's two shape slips, `roofline_tables` for the
+(see `benchmarks.roofline` for the cost model and the paper's two shape slips, `roofline_tables` for the
 paper's values and the presets, `roofline_page` for the page).
 """
 
@@ -21,8 +21,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mdmkit.analysis.pages import Page, command_line
-from mdmkit.analysis.roofline import (
+from benchmarks.roofline import (
     PAPER_BATCH_SIZES,
     PAPER_BLOCK_SIZES,
     PAPER_KV_LENGTHS,
@@ -31,8 +30,9 @@ from mdmkit.analysis.roofline import (
     Hardware,
     ModelShape,
 )
-from mdmkit.analysis.roofline_page import RooflineGrid, write_roofline_page
-from mdmkit.analysis.roofline_tables import GPU_PRESETS, MODEL_PRESETS
+from benchmarks.roofline_page import RooflineGrid, write_roofline_page
+from benchmarks.roofline_tables import GPU_PRESETS, MODEL_PRESETS
+from mdmkit.analysis.pages import Page, command_line
 from mdmkit.core.errors import MdmkitError
 
 MODEL_FLAGS = ("hidden_dim", "ffn_dim", "num_heads", "head_dim", "num_kv_heads", "num_layers", "vocab_size",

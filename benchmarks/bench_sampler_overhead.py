@@ -1,12 +1,12 @@
 """Sampler overhead per step, excluding the network forward, as a share of one forward of the CPU model.
 
-    python scripts/bench_sampler_overhead.py                # full run, writes docs/results/sampler_overhead.*
-    python scripts/bench_sampler_overhead.py --quick        # smoke run (few trials, two orderings)
+    python -m benchmarks.bench_sampler_overhead                # full run, writes docs/results/sampler_overhead.*
+    python -m benchmarks.bench_sampler_overhead --quick        # smoke run (few trials, two orderings)
 
 Goal (from the issue): one step of `MaskedSampler.sample` minus the network costs <= 3% of one forward of the
 CPU-default Sudoku model (4 layers, d_model 128) at batch 256, float32, 2 torch threads.
 
-Method (`mdmkit.analysis.overhead`): each configuration's real trajectory is recorded once, then the sampler
+Method (`benchmarks.overhead`): each configuration's real trajectory is recorded once, then the sampler
 is timed with the network replaced by a lookup of the recorded logits, interleaved with forward timings in
 every trial; the page gives the median over trials and the min-max spread. `overhead_profile` says where the
 time goes, `overhead_page` writes the page and its interpretation. The network is --checkpoint, by default
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from mdmkit.analysis.overhead import (
+from benchmarks.overhead import (
     ORDERINGS,
     OWN_RULES,
     RULES,
@@ -34,8 +34,8 @@ from mdmkit.analysis.overhead import (
     time_forward,
     time_trials,
 )
-from mdmkit.analysis.overhead_page import overhead_record, write_overhead_page
-from mdmkit.analysis.overhead_profile import components, profile_case
+from benchmarks.overhead_page import overhead_record, write_overhead_page
+from benchmarks.overhead_profile import components, profile_case
 from mdmkit.analysis.pages import Page, command_line
 from mdmkit.tasks.sudoku import SudokuTask
 

@@ -1,10 +1,10 @@
 """Time per program of the code sandbox: HumanEval and MBPP reference solutions scored end to end.
 
-    python scripts/bench_sandbox.py --label before             # on the code before a change (any sandbox)
-    python scripts/bench_sandbox.py --mode bwrap               # this checkout, bubblewrap isolation
-    python scripts/bench_sandbox.py --mode process             # this checkout, the process fallback
-    python scripts/bench_sandbox.py --mode bwrap --quick       # smoke run (40 programs each, 1 repeat)
-    python scripts/bench_sandbox.py --render                   # only re-make the markdown
+    python -m benchmarks.bench_sandbox --label before             # on the code before a change (any sandbox)
+    python -m benchmarks.bench_sandbox --mode bwrap               # this checkout, bubblewrap isolation
+    python -m benchmarks.bench_sandbox --mode process             # this checkout, the process fallback
+    python -m benchmarks.bench_sandbox --mode bwrap --quick       # smoke run (40 programs each, 1 repeat)
+    python -m benchmarks.bench_sandbox --render                   # only re-make the markdown
 
 On a shared machine, alternate the labels with `--repeats 1 --append` in rounds (the page's numbers were made
 so, the `before` label from a copy of the previous commit with this script copied in).

@@ -1,5 +1,5 @@
 """The KV-cache page (docs/results/kv_cache.*): the accuracy cost of `cache=prefix|dual` per sampler, read from
-`evaluate.py` results rows, and their wall clock at equal NFE (`mdmkit.analysis.kv_cache_speed`).
+`evaluate.py` results rows, and their wall clock at equal NFE (`benchmarks.kv_cache_speed`).
 
 Accuracy rows are compared within a setting (sampler, its knobs, block length): each cached row against the
 `cache=none` row of the same setting. The interpretation lines are generated from the numbers, so they cannot
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mdmkit.analysis.kv_cache_speed import MODES
+from benchmarks.kv_cache_speed import MODES
 from mdmkit.analysis.pages import Page, markdown_table, stamp
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.io.results import sampler_settings
@@ -250,8 +250,8 @@ def kv_cache_page(page: Page, *, command: str, accuracy: list[dict[str, Any]], a
         md += [_speed_setup(speed), "", speed_table(speed["entries"]), "", *speed_goal_lines(speed["entries"], goal),
                *loop_lines(speed["entries"], speed["setup"]["prompt"] + speed["setup"]["answer"]),
                *([] if speed["setup"].get("device", "cpu") != "cpu" else
-                 [("- GPU: not measured here (the issue's GPU goal is dual >= 3x none): on a GPU, "
-                   "`python scripts/bench_cache.py --device cuda --dtype bfloat16 --out docs/results/kv_cache_gpu`.")]),
+                 [("- GPU: not measured here (the issue's GPU goal is dual >= 3x none): on a GPU, `python -m "
+                   "benchmarks.bench_cache --device cuda --dtype bfloat16 --out docs/results/kv_cache_gpu`.")]),
                ""]
     else:
         md += ["Not measured in this run.", ""]

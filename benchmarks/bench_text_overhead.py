@@ -2,11 +2,11 @@
 
 Written to `docs/results/sampler_overhead_text.*`.
 
-    python scripts/bench_text_overhead.py                     # every text network, 3 trials
-    python scripts/bench_text_overhead.py --networks bert-gsm8k --trials 1 --steps 3 --out /tmp/quick
+    python -m benchmarks.bench_text_overhead                     # every text network, 3 trials
+    python -m benchmarks.bench_text_overhead --networks bert-gsm8k --trials 1 --steps 3 --out /tmp/quick
 
 Goal (issue 17): the sampler's own work per step <= 3% of one forward at batch 8. Method in
-`mdmkit.analysis.overhead_text`: real runs behind a clock, the loop's time being the gaps between forwards.
+`benchmarks.overhead_text`: real runs behind a clock, the loop's time being the gaps between forwards.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from mdmkit.analysis.overhead_text import TEXT_NETWORKS, TEXT_RULES, run_text_overhead
-from mdmkit.analysis.overhead_text_page import text_overhead_record, write_text_overhead_page
+from benchmarks.overhead_text import TEXT_NETWORKS, TEXT_RULES, run_text_overhead
+from benchmarks.overhead_text_page import text_overhead_record, write_text_overhead_page
 from mdmkit.analysis.pages import Page, command_line
 
 

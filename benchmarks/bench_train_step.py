@@ -1,8 +1,8 @@
 """Training throughput of a run's config, eager against torch.compile'd, over batch sizes, side by side in one run.
 
-    python scripts/bench_train_step.py experiment=sudoku_paper --device cuda --batch-sizes 512 1024 \
+    python -m benchmarks.bench_train_step experiment=sudoku_paper --device cuda --batch-sizes 512 1024 \
         --compile off on reduce-overhead --out docs/results/train_step_sudoku_paper_gpu
-    python scripts/bench_train_step.py experiment=sudoku_paper --device cpu --batch-sizes 32 64 --seconds 20 \
+    python -m benchmarks.bench_train_step experiment=sudoku_paper --device cpu --batch-sizes 32 64 --seconds 20 \
         --out docs/results/train_step_sudoku_paper_cpu
 
 A device call is a fixed length of time, so steps per second decide how far a paper-scale leg trains (issue 20).
