@@ -83,20 +83,3 @@ def test_weightings_match_their_formulas() -> None:
         else:
             expected = (ce * c.masked).sum() / c.masked.sum()
         assert torch.allclose(loss, expected)
-
-
-def test_a_fixed_rate_masks_its_rows_at_that_rate_and_leaves_the_other_rows_as_drawn() -> None:
-    tokens, answer_mask = _batch()
-    objective = MaskedDiffusionLoss()
-    drawn = objective.corrupt(tokens, answer_mask, MASK, torch.Generator().manual_seed(0))
-    fixed_rate = torch.full((64,), float("nan"))
-    fixed_rate[-16:] = 1.0
-    fixed = objective.corrupt(tokens, answer_mask, MASK, torch.Generator().manual_seed(0), fixed_rate)
-    assert torch.equal(fixed.masked[-16:], answer_mask[-16:])  # rate 1: the whole answer, nothing else
-    assert (fixed.t[-16:] == 1.0).all()
-    assert torch.equal(fixed.masked[:-16], drawn.masked[:-16]) and torch.equal(fixed.t[:-16], drawn.t[:-16])
-    logits = torch.randn(64, 10, 10)
-    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens, reduction="none")
-    loss, _ = objective(lambda noisy: logits, tokens, answer_mask, MASK, torch.Generator().manual_seed(0), fixed_rate)
-    expected = ((ce * fixed.masked).sum(1) / fixed.t / answer_mask.sum(1)).mean()  # a rate-1 row: its mean CE
-    assert torch.allclose(loss, expected)

@@ -89,7 +89,7 @@ def test_resume_continues_exactly_the_same_run(tmp_path: Path) -> None:
 
 
 def test_batches_made_by_worker_processes_train_the_same_run(tmp_path: Path) -> None:
-    """data.workers=2: the workers make alternate steps' batches (augmented, stuck rows from their own draws) and
+    """data.workers=2: the workers make alternate steps' batches (augmented by their own draws) and
     the loader takes them in turn, so a run made that way, and resumed half-way, ends where one made in the
     training process does."""
     alone, workers, resumed = tmp_path / "alone", tmp_path / "workers", tmp_path / "resumed"

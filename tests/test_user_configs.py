@@ -14,11 +14,10 @@ import torch
 from conftest import TINY, compose_config, run_cli
 from fakes import random_transformer
 
-from mdmkit.core.config import build, to_container
+from mdmkit.core.config import build
 from mdmkit.core.errors import ConfigError
 from mdmkit.samplers import ForwardCounter, MaskedSampler
 from mdmkit.tasks.sudoku import SudokuTask
-from mdmkit.training.preflight import check_components
 
 EXAMPLE = Path(__file__).parent / "user_configs"
 SEARCHPATH = f"hydra.searchpath=[file://{EXAMPLE / 'my_conf'}]"
@@ -79,13 +78,6 @@ def test_the_user_objective_masks_on_its_cosine_schedule(importable: None) -> No
     with pytest.raises(ConfigError, match="weighting=elbo"):
         build(compose_config("train", [SEARCHPATH, "objective=cosine_masking", "objective.weighting=elbo"]).objective,
               "objective")
-
-
-def test_a_user_corrupt_without_fixed_rates_is_refused_stuck_mask_rates_before_training(importable: None) -> None:
-    config = to_container(compose_config("train", [SEARCHPATH, "objective=cosine_masking", "data.stuck_fraction=0.25",
-                                                   "data.stuck_mask_rate=1.0"]))
-    with pytest.raises(ConfigError, match="objective CosineMaskingLoss does not take"):
-        check_components(config)
 
 
 def test_train_runs_with_the_user_objective(importable: None, tmp_path: Path) -> None:

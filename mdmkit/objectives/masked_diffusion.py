@@ -25,9 +25,7 @@ class MaskedDiffusionLoss(Validated):
 
     `weighting="elbo"` weights a sequence's summed CE by 1/t and divides by its answer length (the
     continuous-time ELBO); `"uniform"` is the plain mean CE over all masked tokens of the batch.
-    Prompt/given positions (answer_mask False) are never masked and never scored. `fixed_rate` ([B], NaN where
-    drawn) sets chosen rows' t instead: 1.0 masks a row's whole answer, e.g. a grid where decoding gets stuck
-    shown exactly as a sampler meets it. The draws happen either way, so the other rows are masked as without it.
+    Prompt/given positions (answer_mask False) are never masked and never scored.
     """
 
     weighting: Literal["elbo", "uniform"] = "elbo"
@@ -39,15 +37,12 @@ class MaskedDiffusionLoss(Validated):
 
     def corrupt(
         self, tokens: torch.Tensor, answer_mask: torch.Tensor, mask_id: int, generator: torch.Generator | None,
-        fixed_rate: torch.Tensor | None = None,
     ) -> Corruption:
         batch = tokens.shape[0]
         u = torch.rand(batch if not self.stratified else 1, generator=generator, device=tokens.device)
         if self.stratified:  # one uniform shifted over B strata: same marginal, lower variance
             u = (u + torch.arange(batch, device=tokens.device) / batch) % 1.0
         t = self.t_min + (1.0 - self.t_min) * u
-        if fixed_rate is not None:
-            t = torch.where(torch.isnan(fixed_rate), t, fixed_rate.to(t))
         draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
         masked = (draws < t[:, None]) & answer_mask
         return Corruption(torch.where(masked, mask_id, tokens), masked, t)
@@ -59,10 +54,8 @@ class MaskedDiffusionLoss(Validated):
         answer_mask: torch.Tensor,
         mask_id: int,
         generator: torch.Generator | None = None,
-        fixed_rate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        rates = {} if fixed_rate is None else {"fixed_rate": fixed_rate}  # a subclass's corrupt may take none
-        c = self.corrupt(tokens, answer_mask, mask_id, generator, **rates)
+        c = self.corrupt(tokens, answer_mask, mask_id, generator)
         logits = network(c.noisy)
         ce = F.cross_entropy(logits.transpose(1, 2).float(), tokens, reduction="none") * c.masked
         n_masked = c.masked.sum()

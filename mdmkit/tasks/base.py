@@ -99,11 +99,6 @@ def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
     return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
 
 
-# which stuck points training sees (data.stuck_grids): where the deductions first run out, or every time on a solve;
-# none: only those of data.stuck_file (a model's own)
-STUCK_GRIDS = ("first", "all", "none")
-
-
 def default_cache_dir() -> str:
     """Where generated data are cached unless a config says otherwise: $MDMKIT_CACHE_DIR, else ~/.cache/mdmkit."""
     return os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")
@@ -121,8 +116,6 @@ class PuzzleTask(Validated):
     # what `augment` draws from (data.augment=true), in words; None: the task defines no symmetries
     symmetries: ClassVar[str | None] = None
     parallel_generation: ClassVar[bool] = False  # whether `workers` > 1 spreads generation over processes
-    # the simple deductions `stuck_points` plays (data.stuck_fraction), in words; None: the task defines none
-    deductions: ClassVar[str | None] = None
 
     n_train: int = 100_000
     n_val: int = 1_000
@@ -175,12 +168,6 @@ class PuzzleTask(Validated):
         """Training examples ([B, L] complete answers and their answer masks) each under a random symmetry that
         keeps it a valid example of the same difficulty; tasks with `symmetries` define it."""
         raise NotImplementedError(f"task {self.name} defines no symmetries")
-
-    def stuck_points(self, examples: Examples, grids: str = "first") -> Examples:
-        """Each example that the task's `deductions` cannot finish, with what they decide moved into its context:
-        the grid where a solver that knows only them gets stuck. Random masking almost never makes these.
-        `grids` (STUCK_GRIDS): `first`, that grid alone; `all`, also those met again after each right guess."""
-        raise NotImplementedError(f"task {self.name} defines no deductions")
 
     def sample_metrics(self, predicted: torch.Tensor) -> dict[str, Any]:
         """Quality measures of a whole split's samples beyond accuracy (text: spelling, entropy); none here."""
@@ -279,42 +266,6 @@ class PuzzleTask(Validated):
         splits = {name: Split.from_examples(ex) for name, ex in zip(SPLITS, (train, val, test))}
         assert_disjoint(splits)
         return splits
-
-    def load_stuck_points(self, train: Split, grids: str = "first", file: str | Path | None = None) -> Split:
-        """`stuck_points` of the training split, cached beside the splits (a paper-scale split takes minutes),
-        and the stuck rows of `file` (a model's own, `scripts/harvest_stuck_grids.py`) after them; `grids="none"`:
-        the file's alone."""
-        require(grids in STUCK_GRIDS, f"stuck grids '{grids}' must be one of {', '.join(STUCK_GRIDS)}")
-        if grids == "none":
-            require(file is not None, "stuck grids 'none' keeps only a file's rows: give the file")
-            return Split.from_examples(self._read_stuck_file(Path(file).expanduser(), train))
-        path = self.cache_path().with_suffix(".stuck.npz" if grids == "first" else f".stuck_{grids}.npz")
-        if path.exists():
-            stuck = self._read_cache(path)
-        else:
-            stuck = self.stuck_points(Examples(train.tokens.numpy(), train.answer_mask.numpy(), train.keys), grids)
-            require(len(stuck) > 0, f"{self.deductions} solve every training example of task {self.name}: there "
-                                    "are no stuck points to train on (data.stuck_fraction)")
-            self._write_cache(path, stuck)
-        if file is not None:
-            stuck = Examples.concat([stuck, self._read_stuck_file(Path(file).expanduser(), train)])
-        return Split.from_examples(stuck)
-
-    def _read_stuck_file(self, path: Path, train: Split) -> Examples:
-        """Stuck rows made elsewhere, checked to be this task's and from its training split: each row's answer
-        (the whole solution) must be a training example's, so no test or validation puzzle leaks into training."""
-        try:
-            rows = self._read_cache(path)
-        except (OSError, ValueError, KeyError, DataFormatError) as error:
-            raise DataFormatError(f"data.stuck_file={path} is not a {self.name} stuck-rows file: {error}") from None
-        require(rows.tokens.ndim == 2 and rows.tokens.shape[1] == self.seq_len and len(rows) > 0,
-                f"data.stuck_file={path}: rows of {self.seq_len} tokens expected, got shape {rows.tokens.shape}")
-        compact = np.uint8 if self.vocab_size <= 256 else np.int64  # 400k Sudoku answers in ~50 MB, not ~300
-        answers = {row.tobytes() for row in train.tokens.numpy().astype(compact)}
-        strangers = sum(row.tobytes() not in answers for row in rows.tokens.astype(compact))
-        require(strangers == 0, f"data.stuck_file={path}: {strangers} of its {len(rows)} rows are not from this "
-                                f"task's training split (made for another task, seed or size, or from test puzzles)")
-        return rows
 
     # -- the test split alone (evaluation) ----------------------------------------------------------
     def test_cache_path(self) -> Path:

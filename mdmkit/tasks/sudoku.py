@@ -10,14 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from mdmkit.core.config import require
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.base import Examples, PuzzleTask, digest
 from mdmkit.tasks.sudoku_codec import pack_puzzles, unpack_puzzles
 from mdmkit.tasks.sudoku_generator import FEWEST_GENERATED_GIVENS, find_solutions, generate_puzzles
-from mdmkit.tasks.sudoku_logic import stuck_grids
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
 
 EOL = 9  # token id of the end-of-line token; digits d = 1..9 have ids d - 1
@@ -49,7 +47,6 @@ class SudokuTask(PuzzleTask):
     parallel_generation = True
     stable_prefix = True  # puzzle i depends on (seed, i) only: evaluation makes the test split alone
     symmetries = "digit relabelling, band/stack and row/column permutations, transposition (~1.2e12)"
-    deductions = "naked and hidden singles"
 
     def validate(self) -> None:
         super().validate()
@@ -111,17 +108,6 @@ class SudokuTask(PuzzleTask):
         if not puzzles:
             raise DataFormatError(f"{path}: no puzzles found")
         return self.examples(np.stack(puzzles), np.stack(solutions))
-
-    def stuck_points(self, examples: Examples, grids: str = "first") -> Examples:
-        """Each puzzle singles do not solve, as its singles closure (`sudoku_logic`): Top-1 decoding meets exactly
-        these grids, and a model that reads them wrong fails the puzzle (docs/results/sudoku_paper_stuck_grids.md).
-        `grids="all"`: also the grids singles get stuck on again after each right guess (`stuck_grids`)."""
-        puzzles, solutions = puzzles_and_solutions(examples.tokens, examples.answer_mask)
-        most = {"first": 1, "all": None}[grids]  # STUCK_GRIDS
-        found = [(grid, i) for i in tqdm(range(len(puzzles)), desc="sudoku stuck points", unit="puzzle",
-                                         mininterval=2.0) for grid in stuck_grids(puzzles[i], solutions[i], most)]
-        stuck = np.array([grid for grid, _ in found], dtype=np.int64).reshape(-1, 81)
-        return self.examples(stuck, solutions[[i for _, i in found]])
 
     def augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,6 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_wor
 
 from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
-from mdmkit.training.preflight import stuck_rows
 
 WORKER_TIMEOUT_S = 300
 Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
@@ -64,26 +63,16 @@ def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: 
 
 class PuzzleDataModule(L.LightningDataModule):
     """`augment`: each training example under a fresh random symmetry of its task (`PuzzleTask.augment`).
-    `stuck_fraction`: that share of each training batch (at least one row) drawn from the training split's
-    stuck points (`PuzzleTask.stuck_points`), the rest from the split itself. `stuck_mask_rate`: the objective's
-    masking rate for those rows (1.0: the exact stuck grid), carried as a third column, NaN on the other rows;
-    None draws it as for any row. `stuck_grids`: which stuck points (`STUCK_GRIDS`); `stuck_file`: more of them
-    from a file (a model's own, `scripts/harvest_stuck_grids.py`). `workers`: processes that
-    make the training batches beside the training one, so a GPU's step need not wait for the host to make the next
-    batch."""
+    `workers`: processes that make the training batches beside the training one, so a GPU's step need not wait
+    for the host to make the next batch."""
 
     def __init__(self, task: PuzzleTask, batch_size: int, eval_batch_size: int, val_examples: int, seed: int,
-                 augment: bool = False, stuck_fraction: float = 0.0, stuck_mask_rate: float | None = None,
-                 workers: int = 0, stuck_grids: str = "first", stuck_file: str | None = None) -> None:
+                 augment: bool = False, workers: int = 0) -> None:
         super().__init__()
-        self.task, self.augment, self.workers, self.stuck_grids = task, augment, workers, stuck_grids
-        self.stuck_file = stuck_file
-        self.stuck_mask_rate = None if stuck_mask_rate is None else float(stuck_mask_rate)
+        self.task, self.augment, self.workers = task, augment, workers
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.val_examples, self.seed = val_examples, seed
-        self.stuck_rows = stuck_rows(stuck_fraction, batch_size)
         self.splits: dict[str, Split] | None = None
-        self.stuck: Split | None = None
 
     def prepare_data(self) -> None:
         # generates and caches once (rank 0), before the other ranks read the cache in `setup`; kept, so this
@@ -93,24 +82,16 @@ class PuzzleDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
             self.splits = self.task.load_splits()
-        if self.stuck_rows and self.stuck is None:
-            self.stuck = self.task.load_stuck_points(self.splits["train"], self.stuck_grids, self.stuck_file)
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
-        pools = [((train.tokens, train.answer_mask), self.batch_size - self.stuck_rows)]
-        if self.stuck_rows:
-            pools.append(((self.stuck.tokens, self.stuck.answer_mask), self.stuck_rows))
-        if self.stuck_mask_rate is not None:
-            pools = [((*columns, torch.full((len(columns[0]),), rate)), rows)
-                     for (columns, rows), rate in zip(pools, (float("nan"), self.stuck_mask_rate))]
+        pools = [((train.tokens, train.answer_mask), self.batch_size)]
         return step_indexed_loader(self.trainer, pools, self.seed, self._augment if self.augment else None,
                                    self.workers)
 
-    def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, *rest: torch.Tensor
+    def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, generator: torch.Generator
                  ) -> tuple[torch.Tensor, ...]:
-        *rest, generator = rest  # a symmetry moves cells, never a row's masking rate
-        return (*self.task.augment(tokens, answer_mask, generator), *rest)
+        return self.task.augment(tokens, answer_mask, generator)
 
     def val_dataloader(self) -> DataLoader:
         val = self.splits["val"].head(self.val_examples)

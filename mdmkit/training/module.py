@@ -73,10 +73,9 @@ class MDMModule(L.LightningModule):
         return self.network(tokens)
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
-        tokens, answer_mask, *fixed_rate = batch  # a third column: rows' masking rates (data.stuck_mask_rate)
+        tokens, answer_mask = batch
         generator = step_generator(self, self.global_step)
-        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator,
-                                       *fixed_rate)
+        loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator)
         self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
         return loss

@@ -6,7 +6,6 @@ model spec, objective, optimizer, samplers), which imports torch but still not L
 
 from __future__ import annotations
 
-from inspect import signature
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +19,12 @@ from mdmkit.io.results import check_writable
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
 # conf/train.yaml's data
-DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "stuck_fraction",
-                       "stuck_mask_rate", "stuck_grids", "stuck_file", "workers"})
+DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "workers"})
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
-def stuck_rows(stuck_fraction: float, batch_size: int) -> int:
-    """Rows of each training batch drawn from the stuck points: the share, and at least one where it is > 0."""
-    return max(1, round(stuck_fraction * batch_size)) if stuck_fraction > 0 else 0
-
-
-def takes_fixed_rate(objective: Any) -> bool:
-    """Whether an objective masks chosen rows at a given rate: a MaskedDiffusionLoss whose `corrupt` (a subclass
-    may override it) takes `fixed_rate`."""
-    from mdmkit.objectives import MaskedDiffusionLoss
-
-    return isinstance(objective, MaskedDiffusionLoss) and "fixed_rate" in signature(objective.corrupt).parameters
-
-
 def check_data(data: DictConfig, trains_indicator: bool) -> None:
-    """conf/train.yaml's `data`: known keys, batch sizes, and the options that reshape training batches."""
+    """conf/train.yaml's `data`: known keys, batch sizes, augmentation."""
     unknown = sorted(set(data) - DATA_KEYS)  # `data` is a plain node: Hydra takes `+data.augmnt=true` silently
     require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
     for name in ("batch_size", "eval_batch_size", "val_examples"):
@@ -49,24 +34,6 @@ def check_data(data: DictConfig, trains_indicator: bool) -> None:
     require_bool("data.augment", augment)
     require(not (augment and trains_indicator),
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
-    stuck = data.get("stuck_fraction", 0.0)
-    require(isinstance(stuck, (int, float)) and not isinstance(stuck, bool)
-            and 0.0 <= stuck and stuck_rows(stuck, data.batch_size) < data.batch_size,
-            f"data.stuck_fraction={stuck} must be a number in [0, 1) that leaves rows of each batch of "
-            f"{data.batch_size} to the training split")
-    require(not (stuck and trains_indicator),
-            "data.stuck_fraction: an indicator trains on recorded trajectories, not on puzzles")
-    rate = data.get("stuck_mask_rate")
-    require(rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0.0 < rate <= 1.0),
-            f"data.stuck_mask_rate={rate} must be null (drawn like any row's) or a number in (0, 1]")
-    require(rate is None or stuck, "data.stuck_mask_rate masks the stuck rows: set data.stuck_fraction > 0 too")
-    grids = data.get("stuck_grids", "first")
-    require(grids == "first" or stuck,
-            f"data.stuck_grids={grids} picks the stuck rows: set data.stuck_fraction > 0 too")
-    file = data.get("stuck_file")
-    require(file is None or stuck, "data.stuck_file adds stuck rows: set data.stuck_fraction > 0 too")
-    require(file is None or Path(str(file)).expanduser().is_file(), f"data.stuck_file not found: {file}")
-    require(grids != "none" or file is not None, "data.stuck_grids=none keeps only data.stuck_file's rows: set it")
 
 
 def check_run(cfg: DictConfig) -> None:
@@ -114,20 +81,12 @@ def check_components(config: dict[str, Any]) -> None:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
-    from mdmkit.tasks.base import STUCK_GRIDS
 
     task = build_task(config)
     require(not config["data"].get("augment") or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
-    require(not config["data"].get("stuck_fraction") or task.deductions is not None,
-            f"data.stuck_fraction: task {task.name} defines no deductions to get stuck after (Sudoku does)")
-    grids = config["data"].get("stuck_grids", "first")
-    require(grids in STUCK_GRIDS, f"data.stuck_grids={grids} must be one of {', '.join(STUCK_GRIDS)}")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
-    require(config["data"].get("stuck_mask_rate") is None or takes_fixed_rate(objective),
-            f"data.stuck_mask_rate sets rows' masking rate, which objective {type(objective).__name__} does not take "
-            "(objective=masked_diffusion does)")
     wanted = getattr(objective, "model_spec", None)  # an objective that trains one kind of network only
     require(wanted is None or isinstance(spec, wanted),
             f"objective {type(objective).__name__} trains a {getattr(wanted, '__name__', '')} network, not the "

@@ -165,21 +165,10 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
-                                  data.get("augment", False), data.get("stuck_fraction", 0.0),
-                                  data.get("stuck_mask_rate"), data.get("workers", 0), data.get("stuck_grids", "first"),
-                                  data.get("stuck_file"))
+                                  data.get("augment", False), data.get("workers", 0))
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
-    if datamodule.stuck_rows:
-        source = {"first": f"stuck after {module.task.deductions}",
-                  "all": f"stuck after {module.task.deductions} (each time on a solve)",
-                  "none": "stuck"}[datamodule.stuck_grids]
-        if datamodule.stuck_file:
-            source += f" {'and ' if datamodule.stuck_grids != 'none' else ''}from {datamodule.stuck_file}"
-        banner += f" | {datamodule.stuck_rows} of {data.batch_size} rows a batch {source}"
-        if datamodule.stuck_mask_rate is not None:
-            banner += f", masked at rate {datamodule.stuck_mask_rate}"
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:

@@ -11,8 +11,6 @@
 # data is made there (~64 s of 16 processes for Sudoku) unless its cache file is carried: the Sudoku paper
 # split's is 8.9 MB (sudoku_codec), and saves that minute for training. Then
 #   device run: tools/device/device_paper.sh     carry: [.whl, runs/cache/sudoku-05f9e5d005b74597.npz]     timeout_s: 595
-# With EXTRA=data.stuck_fraction=..., carry the split's stuck points too (the .stuck.npz beside it; .stuck_all.npz
-# with data.stuck_grids=all), else they are made there first (2-3 minutes of one core).
 # A leg over two calls of one session: the first with DEADLINE=0 (no sweep) and EXTRA holding
 # optim.anneal_time=<both calls' training time>, the second at once on the still-warm machine with the same EXTRA
 # and RESUME_ONLY=1: device_train.sh resumes the run's last.ckpt there and the decay ends; on a bare machine it

@@ -63,13 +63,11 @@ step "the leg's model, logs and device rows" install_leg
 step "test split (8 min)" "$PYTHON" evaluate.py "ckpt=$MODEL" results_file=docs/results/runs/sudoku_paper/report.jsonl \
     wandb.mode=disabled
 step "CPU fronts on 100 puzzles (6 min)" cpu_fronts
-step "EB mechanism (1 min)" "$PYTHON" scripts/eb_mechanism.py "$MODEL" --gammas 1e-5 1e-4 1e-3 0.1 --limit 200 \
+step "EB mechanism (1 min)" "$PYTHON" -m experiments.sudoku_analysis.eb_mechanism "$MODEL" --gammas 1e-5 1e-4 1e-3 0.1 --limit 200 \
     --out docs/results/sudoku_paper_eb_mechanism
-step "errors, replaced model beside the new one (16-19 min)" "$PYTHON" scripts/sudoku_errors.py \
+step "errors, replaced model beside the new one (16-19 min)" "$PYTHON" -m experiments.sudoku_analysis.sudoku_errors \
     runs/legs/sudoku_paper_replaced.pt "$MODEL" checkpoints/sudoku_mdm.pt --out docs/results/sudoku_paper_errors \
     --notes docs/results/notes/sudoku_paper_errors.md
-step "held-out stuck grids, and those of the model's own path (2 min)" "$PYTHON" scripts/sudoku_stuck_grids.py "$MODEL" --out docs/results/sudoku_paper_stuck_grids \
-    --notes docs/results/notes/sudoku_paper_stuck_grids.md
 if [ -f "$FROM/ni_sudoku_paper/indicator.pt" ]; then
     step "NI rows with the leg's indicator (15 min)" ni_rows
 else

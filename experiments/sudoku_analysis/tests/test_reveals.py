@@ -1,5 +1,5 @@
-"""mdmkit.analysis.reveals: a traced Top-1 run on a toy model with known confidences, and the first wrong reveal
-of each row read off it exactly."""
+"""reveals: a traced Top-1 run on a toy model with known confidences, and the first wrong reveal of each row
+read off it exactly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from fakes import FixedConfidence
 
-from mdmkit.analysis.reveals import TracingCounter, first_wrong_reveals
+from experiments.sudoku_analysis.reveals import TracingCounter, first_wrong_reveals
 from mdmkit.samplers import TopKSampler
 
 CONF = [0.9, 0.6, 0.8, 0.7]  # Top-1 by confidence reveals positions 0, 2, 3, 1; position i predicts token i

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.sudoku_analysis.sudoku_logic import BEYOND, HIDDEN, NAKED, grade_puzzle, singles_closure
 from mdmkit.tasks.sudoku_generator import find_solutions, generate_puzzles
-from mdmkit.tasks.sudoku_logic import BEYOND, HIDDEN, NAKED, grade_puzzle, singles_closure
 
 
 def cells(text: str) -> np.ndarray:

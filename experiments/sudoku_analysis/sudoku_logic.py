@@ -53,29 +53,6 @@ def singles_closure(puzzle: np.ndarray | Sequence[int]) -> np.ndarray:
     return _grid(cand)
 
 
-def stuck_grids(puzzle: np.ndarray | Sequence[int], solution: np.ndarray | Sequence[int],
-                most: int | None = None) -> list[np.ndarray]:
-    """Every grid where singles get stuck on the way from `puzzle` to `solution`: its singles closure, then the
-    closure after each guess, a guess being the solution's digit in the blank cell with the fewest candidates (the
-    first such). Top-1 decoding meets grids like the later ones once its first guess is right: 25 of the paper
-    model's 33 failures went wrong on one (docs/results/sudoku_paper_errors.md). Empty where singles solve it; at
-    most `most` grids (None: all)."""
-    values, answer = puzzle_cells(puzzle).tolist(), puzzle_cells(solution).tolist()
-    grids = []
-    while True:
-        cand = _candidates(values)
-        _hidden_singles(cand)
-        open_cells = [cell for cell, mask in enumerate(cand) if mask & (mask - 1)]
-        if not open_cells:
-            return grids
-        grids.append(_grid(cand))
-        if len(grids) == most:
-            return grids
-        values = grids[-1].tolist()
-        guess = min(open_cells, key=lambda cell: cand[cell].bit_count())
-        values[guess] = answer[guess]
-
-
 def _grid(cand: list[int]) -> np.ndarray:
     """81 ints: each decided cell's digit, 0 where candidates remain."""
     return np.array([0 if mask & (mask - 1) else mask.bit_length() for mask in cand], dtype=np.int64)

@@ -6,7 +6,7 @@ reports (1) how many masked cells fall under each entropy level at the first ste
 gets wrong, the step of its first wrong reveal and whether the free (highest-entropy) token of that step's set is
 wrong, and whether it is the only wrong one.
 
-    python scripts/eb_mechanism.py checkpoints/sudoku_mdm.pt --gammas 1e-5 1e-3 0.1 \
+    python -m experiments.sudoku_analysis.eb_mechanism checkpoints/sudoku_mdm.pt --gammas 1e-5 1e-3 0.1 \
         --out docs/results/sudoku_eb_mechanism
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from experiments.sudoku_analysis.reveals import Forward, TracingCounter, first_wrong_reveals
 from mdmkit.analysis.pages import command_line, positive_int, run_script, stamp
-from mdmkit.analysis.reveals import Forward, TracingCounter, first_wrong_reveals
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.samplers import EBSampler
 

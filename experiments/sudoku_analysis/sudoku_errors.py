@@ -4,12 +4,13 @@ the grid each failure first went wrong on; checkpoints sampled on the same split
 A test split with a range of givens (the paper's 24-36) mixes easy and hard puzzles; one accuracy hides which
 ones a model still fails, and so what more training has to buy. Each checkpoint samples its own test split with
 Top-1 (full step, `evaluate.py`'s path, so the overall accuracy is the evaluation's), counted per givens and per
-logic grade (`mdmkit.tasks.sudoku_logic`: naked singles, hidden singles, or beyond). The failures are then traced
+logic grade (`sudoku_logic`: naked singles, hidden singles, or beyond). The failures are then traced
 again, alone, to the grid of their first wrong reveal: could singles still fill a cell there, or had the model
 to reason past them? Two legs of one model share a split, so which puzzles one solves and the other fails, with
 a sign test on those, says more than two accuracies with overlapping intervals.
 
-    python scripts/sudoku_errors.py checkpoints/sudoku_paper.pt --out docs/results/sudoku_paper_errors
+    python -m experiments.sudoku_analysis.sudoku_errors checkpoints/sudoku_paper.pt \
+        --out docs/results/sudoku_paper_errors
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from experiments.sudoku_analysis.reveals import TracingCounter, first_wrong_reveals
+from experiments.sudoku_analysis.sudoku_logic import GRADES, grade_puzzle
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
-from mdmkit.analysis.reveals import TracingCounter, first_wrong_reveals
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import sign_test, wilson_interval
 from mdmkit.samplers import TopKSampler
 from mdmkit.tasks.base import Split
 from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions
-from mdmkit.tasks.sudoku_logic import GRADES, grade_puzzle
 
 LEFT_BINS = ((0, 0), (1, 19), (20, 29), (30, 39), (40, 81))  # blank cells left after singles, as plotted
 
@@ -168,8 +169,7 @@ def markdown(models: list[dict[str, Any]], command: str, figure: str, notes: str
                         "mean entropy of the wrong cell (nats)"],
                        [_first_wrong_row(name, m) for name, m in zip(names, models)], "lrrrrrr"), "",
         ("*Past a right guess*: the wrong grid has fewer blanks than the puzzle's own singles closure, i.e. the "
-         "model had already got past the first grid where singles run out (`data.stuck_grids=all` trains on "
-         "such grids; `first`, the default, on the closure alone)."), "",
+         "model had already got past the first grid where singles run out)."), "",
         *_paired_section(puzzle_by_puzzle(models)),
         *([notes.strip(), ""] if notes.strip() else []),
     ])

@@ -1,5 +1,5 @@
-"""scripts/sudoku_errors.py: counts by givens and by logic that add up to the evaluation's accuracy, failures
-traced to their first wrong grid, and its page."""
+"""sudoku_errors: counts by givens and by logic that add up to the evaluation's accuracy, failures traced to
+their first wrong grid, and its page."""
 
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load_script, run_script
 
+from experiments.sudoku_analysis import sudoku_errors
+from experiments.sudoku_analysis.sudoku_logic import GRADES, HIDDEN, NAKED, grade_puzzle
+from experiments.sudoku_analysis.tests.conftest import ROOT, run_module
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import sign_test
 from mdmkit.tasks.sudoku import puzzles_and_solutions
-from mdmkit.tasks.sudoku_logic import GRADES, HIDDEN, NAKED, grade_puzzle
 
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
 
 
 def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = load_script("sudoku_errors").count_errors(SUDOKU_CKPT, "confidence", limit=40, batch_size=16)
+    result = sudoku_errors.count_errors(SUDOKU_CKPT, "confidence", limit=40, batch_size=16)
     assert result["n"] == 40
     for field in ("by_givens", "by_logic", "by_left_by_singles"):
         rows = result[field]
@@ -36,7 +37,7 @@ def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: 
 
 def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = load_script("sudoku_errors").count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
+    result = sudoku_errors.count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
     assert result["failures"] == round(60 * (1 - result["accuracy"])) > 0  # the CPU model fails ~7%
     found = result["first_wrong"]
     assert 0 < len(found) <= result["failures"]
@@ -54,13 +55,13 @@ def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypat
 
 def test_a_maze_checkpoint_is_refused_in_one_line() -> None:
     with pytest.raises(SystemExit, match="is a maze model"):
-        load_script("sudoku_errors").count_errors(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", 2,
+        sudoku_errors.count_errors(str(ROOT / "checkpoints" / "maze_mdm.pt"), "confidence", 2,
                                                   batch_size=2)
 
 
 def test_the_page_is_written(tmp_path: Path) -> None:
     out = tmp_path / "page"
-    done = run_script("sudoku_errors", SUDOKU_CKPT, "--limit", "8", "--out", str(out), cache_dir=tmp_path)
+    done = run_module(SUDOKU_CKPT, "--limit", "8", "--out", str(out), cache_dir=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((tmp_path / "page.json").read_text())
     assert data["models"][0]["n"] == 8 and (tmp_path / "page.png").stat().st_size > 0
@@ -73,7 +74,7 @@ def test_the_page_is_written(tmp_path: Path) -> None:
 
 def test_one_checkpoint_twice_is_compared_puzzle_by_puzzle_with_nothing_changed(tmp_path: Path) -> None:
     out = tmp_path / "page"
-    done = run_script("sudoku_errors", SUDOKU_CKPT, SUDOKU_CKPT, "--limit", "8", "--out", str(out),
+    done = run_module(SUDOKU_CKPT, SUDOKU_CKPT, "--limit", "8", "--out", str(out),
                       cache_dir=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     first, second = json.loads((tmp_path / "page.json").read_text())["models"]
@@ -87,7 +88,7 @@ def _model(name: str, failed: list[int], test_set: str = "split") -> dict:
 
 
 def test_puzzle_by_puzzle_counts_against_the_first_checkpoint_on_its_split() -> None:
-    compare = load_script("sudoku_errors").puzzle_by_puzzle
+    compare = sudoku_errors.puzzle_by_puzzle
     rows = compare([_model("old.pt", [1, 2, 3, 4]), _model("new.pt", [3, 4, 9]),
                     _model("other_task.pt", [], test_set="another split")])
     assert rows == [{"checkpoint": "new.pt", "against": "old.pt", "gained": 2, "lost": 1, "both_failed": 2,
