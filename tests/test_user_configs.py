@@ -1,6 +1,6 @@
 """A user's own sampler and task, outside the package, plugged in through `hydra.searchpath`.
 
-tests/user_configs/ is the README's example ("Your own sampler or task"): my_extension.py defines a sampler
+tests/user_configs/ is docs/extending.md's example: my_extension.py defines a sampler
 (mdmkit's masked loop with a budget rule of its own) and a Sudoku variant; my_conf/ holds their options.
 """
 
