@@ -152,7 +152,7 @@ def test_evaluate_top_level_settings_are_typed_before_the_model_loads(override: 
 @pytest.mark.parametrize("override, message", [
     ("eval_limit=0", "eval_limit=0 must be an integer >= 1 or null"),
     ("eval_limit=abc", "eval_limit=abc must be an integer >= 1 or null"),
-    ("data.val_examples=x", "data.val_examples=x must be an integer >= 1"),
+    ("data.val_examples=x", "data: val_examples='x': expected int"),
     ("results_file=/proc/rows.jsonl", "results_file=/proc/rows.jsonl cannot be written"),
 ])
 def test_training_settings_used_after_training_are_checked_before_it(override: str, message: str) -> None:

@@ -133,3 +133,11 @@ def test_stored_rows_keep_their_sampler_dicts_under_todays_options() -> None:
             except ConfigKeyError:  # another option of the class (NI on another base)
                 continue
         assert without_default_cache(sampler) in composed, sampler
+
+
+def test_train_yaml_data_states_the_data_settings_defaults() -> None:
+    """conf/train.yaml's `data` holds every field of DataConfig at its default: one source, stated twice, checked."""
+    from mdmkit.training.data_config import DataConfig
+
+    data = raw_config(CONF / "train.yaml")["data"]
+    assert data == class_defaults(DataConfig)

@@ -92,7 +92,7 @@ def test_augment_is_checked_before_training() -> None:
     arithmetic = to_container(compose_config("train", ["experiment=arithmetic_mdm", "data.augment=true"]))
     with pytest.raises(ConfigError, match="task arithmetic defines no symmetries"):
         check_components(arithmetic)
-    with pytest.raises(ConfigError, match="data.augment=yes must be true or false"):
+    with pytest.raises(ConfigError, match="data: augment='yes': expected bool"):
         check_run(compose_config("train", ["data.augment=yes"]))
     with pytest.raises(ConfigError, match="an indicator trains on recorded trajectories"):
         check_run(compose_config("train", ["experiment=sudoku_indicator", "data.augment=true"]))

@@ -75,7 +75,7 @@ def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     ("sampler.k=0", "sampler: k=0 must be >= 1"),
     ("save_dtype=float16", "save_dtype=float16 must be one of float32, bfloat16"),
     ("compile=maybe", "compile=maybe must be true, false or a torch.compile mode (default, reduce-overhead"),
-    ("data.workers=-1", "data.workers=-1 must be an integer >= 0"),
+    ("data.workers=-1", "data: workers=-1 must be >= 0"),
 ])
 def test_range_errors_stop_before_lightning_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         override: str, message: str) -> None:

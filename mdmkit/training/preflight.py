@@ -14,30 +14,16 @@ from omegaconf import DictConfig
 from mdmkit.core.config import build, duration_seconds, require, require_bool, require_int
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
+from mdmkit.training.data_config import DataConfig
 
 # configs saved before the optimizer settings moved out of the Lightning module name them there
 _LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
 SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
-# conf/train.yaml's data
-DATA_KEYS = frozenset({"batch_size", "eval_batch_size", "val_examples", "augment", "workers"})
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
 
 
-def check_data(data: DictConfig, trains_indicator: bool) -> None:
-    """conf/train.yaml's `data`: known keys, batch sizes, augmentation."""
-    unknown = sorted(set(data) - DATA_KEYS)  # `data` is a plain node: Hydra takes `+data.augmnt=true` silently
-    require(not unknown, f"data: unknown key(s) {unknown} (valid: {', '.join(sorted(DATA_KEYS))})")
-    for name in ("batch_size", "eval_batch_size", "val_examples"):
-        require_int(f"data.{name}", data.get(name), 1)
-    require_int("data.workers", data.get("workers", 0), 0)
-    augment = data.get("augment", False)
-    require_bool("data.augment", augment)
-    require(not (augment and trains_indicator),
-            "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
-
-
 def check_run(cfg: DictConfig) -> None:
-    """Values every training run shares: files it starts from, step counts, the data options (`check_data`)."""
+    """Values every training run shares: files it starts from, step counts, the data settings."""
     for option in ("ckpt_path", "init_from") if cfg.get("ckpt_path") is None else ("ckpt_path",):
         path = cfg.get(option)  # a resume restores its weights: the model it was fine-tuned from may be gone
         if path is not None and Path(path).expanduser().is_dir():  # a run directory resumes outside a multirun
@@ -58,7 +44,9 @@ def check_run(cfg: DictConfig) -> None:
     require(anneal_by != "max_time" or max_time is not None,
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
     require_int("checkpoint_every", cfg.get("checkpoint_every"), 1, optional=True)
-    check_data(cfg.data, trains_indicator=cfg.get("indicator") is not None)
+    data = DataConfig.from_config(cfg.data)
+    require(not (data.augment and cfg.get("indicator") is not None),
+            "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
     save_dtype = cfg.get("save_dtype", "float32")
     require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
     compiled = cfg.get("compile", False)
@@ -83,7 +71,7 @@ def check_components(config: dict[str, Any]) -> None:
     from mdmkit.io.checkpoint import build_model_spec, build_task
 
     task = build_task(config)
-    require(not config["data"].get("augment") or task.symmetries is not None,
+    require(not DataConfig.from_config(config["data"]).augment or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")

@@ -38,6 +38,7 @@ from mdmkit.training.callbacks import (
     StepRate,
     progress_bar,
 )
+from mdmkit.training.data_config import DataConfig
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import check_run
@@ -158,14 +159,14 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
     config = to_container(cfg)
     prepare_run(cfg)
-    data = cfg.data
+    data = DataConfig.from_config(cfg.data)
     module = MDMModule(config)
     if cfg.get("init_from") is not None and cfg.ckpt_path is None:  # a resume restores its own weights
         start_from(module, cfg.init_from)
     # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
-                                  data.get("augment", False), data.get("workers", 0))
+                                  data.augment, data.workers)
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"

@@ -19,6 +19,7 @@ from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.io.indicator import save_indicator
 from mdmkit.io.results import append_record
 from mdmkit.models.indicator import num_parameters
+from mdmkit.training.data_config import DataConfig
 from mdmkit.training.indicator.data import TrajectoryDataModule
 from mdmkit.training.indicator.module import IndicatorModule
 from mdmkit.training.train import fit, prepare_run
@@ -31,10 +32,10 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
                            on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     config = to_container(cfg)
     prepare_run(cfg)
-    data = cfg.data
+    data = DataConfig.from_config(cfg.data)
     module = IndicatorModule(config)
     datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
-                                      data.val_examples, cfg.seed, data.get("workers", 0))
+                                      data.val_examples, cfg.seed, data.workers)
     size = num_parameters(module.indicator)
     share = size / num_parameters(module.base)
     banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
