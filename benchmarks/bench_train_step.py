@@ -7,7 +7,7 @@
 
 A device call is a fixed length of time, so steps per second decide how far a paper-scale leg trains (issue 20).
 Every (batch size, `compile` setting) pair is timed in this one process on the test split's examples (the content
-does not change the arithmetic) with `mdmkit.training.throughput`; the page gives each rate and its ratio to eager
+does not change the arithmetic) with `benchmarks.train_throughput`; the page gives each rate and its ratio to eager
 at the same batch size. Positional arguments are train.py overrides; precision follows the config's trainer (bf16
 autocast for bf16-mixed, on a GPU only).
 """
@@ -26,12 +26,12 @@ import matplotlib.pyplot as plt
 import torch
 from hydra import compose, initialize_config_module
 
+from benchmarks.train_throughput import time_training_steps
 from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script, stamp
 from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.io.checkpoint import build_task
 from mdmkit.training.preflight import COMPILE_MODES
-from mdmkit.training.throughput import time_training_steps
 
 _SETTINGS = {"off": False, "on": True}  # --compile values; any other is a torch.compile mode
 _LABELS = {"off": "eager", "on": "torch.compile"}
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         f"`{command}`", "",
         (f"{rows[0]['parameters'] / 1e6:.2f}M parameters, {rows[0]['seq_len']} tokens per example, "
          f"{'bf16 autocast' if bf16 else 'float32'}; each setting timed for {args.seconds:g} s after 3 warm-up "
-         "steps (mdmkit/training/throughput.py: the training step without Lightning's loop). Model TFLOP/s is "
+         "steps (benchmarks/train_throughput.py: the training step without Lightning's loop). Model TFLOP/s is "
          "6 x parameters x tokens per second."), "",
         table, "",
         *[f"- batch {f['batch_size']}, compile {f['compile']}: failed, `{f['error']}`" for f in failed],

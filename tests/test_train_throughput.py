@@ -13,11 +13,11 @@ import torch
 from conftest import TINY, compose_config
 from torch import nn
 
+from benchmarks.train_throughput import time_training_steps
 from mdmkit.core.config import to_container
 from mdmkit.io.checkpoint import build_task
 from mdmkit.training.ema import EMA
 from mdmkit.training.module import MDMModule
-from mdmkit.training.throughput import time_training_steps
 
 
 def test_ema_update_is_the_decayed_average_of_every_parameter() -> None:
