@@ -36,11 +36,11 @@ def test_the_layers_contract_fails_on_an_upward_import(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "mdmkit", tmp_path / "mdmkit", ignore=shutil.ignore_patterns("__pycache__", "conf"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     tasks = tmp_path / "mdmkit/tasks/base.py"
-    tasks.write_text(tasks.read_text() + "\nfrom mdmkit.samplers.masked import TopKSampler  # upward\n")
+    tasks.write_text(tasks.read_text() + "\nfrom mdmkit.samplers.topk import TopKSampler  # upward\n")
     result = _lint(tmp_path)
     assert result.returncode != 0
     assert "mdmkit.tasks is not allowed to import mdmkit.samplers" in result.stdout
-    assert "mdmkit.tasks.base -> mdmkit.samplers.masked" in result.stdout
+    assert "mdmkit.tasks.base -> mdmkit.samplers.topk" in result.stdout
 
 
 def test_no_module_imports_itself_back() -> None:

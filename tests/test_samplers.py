@@ -30,15 +30,12 @@ from mdmkit.samplers import (
     TopKSampler,
     WinoSampler,
 )
-from mdmkit.samplers.budget import (
-    ConfidenceFactor,
-    ConfidenceThreshold,
-    DreamSchedule,
-    EntropyBound,
-    Ranked,
-    StepSchedule,
-)
+from mdmkit.samplers.budget import Ranked
+from mdmkit.samplers.eb import EntropyBound
+from mdmkit.samplers.factor import ConfidenceFactor
 from mdmkit.samplers.slowfast import SlowFastSampler
+from mdmkit.samplers.steps import DreamSchedule, StepSchedule
+from mdmkit.samplers.threshold import ConfidenceThreshold
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -1,25 +1,21 @@
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.credit import CreditSampler
 from mdmkit.samplers.dilated import DUSSampler
+from mdmkit.samplers.eb import EBSampler
+from mdmkit.samplers.factor import FactorSampler, FastDllmFactorSampler
 from mdmkit.samplers.klass import KlassSampler
-from mdmkit.samplers.masked import (
-    DreamStepsSampler,
-    EBSampler,
-    FactorSampler,
-    FastDllmFactorSampler,
-    MaskedSampler,
-    RevealAllSampler,
-    StepsSampler,
-    ThresholdSampler,
-    TopKSampler,
-)
+from mdmkit.samplers.masked import MaskedSampler
 from mdmkit.samplers.ni import NISampler
 from mdmkit.samplers.oracle import oracle_floor
 from mdmkit.samplers.p2 import P2Sampler
 from mdmkit.samplers.p2_listing import P2ListingSampler
 from mdmkit.samplers.prophet import ProphetSampler
 from mdmkit.samplers.protocol import Sampled, Sampler
+from mdmkit.samplers.reveal_all import RevealAllSampler
 from mdmkit.samplers.sbd import NTPDecoder, SBDSampler
+from mdmkit.samplers.steps import DreamStepsSampler, StepsSampler
+from mdmkit.samplers.threshold import ThresholdSampler
+from mdmkit.samplers.topk import TopKSampler
 from mdmkit.samplers.wino import WinoSampler
 
 __all__ = [

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.budget import ConfidenceThreshold
 from mdmkit.samplers.masked import MaskedSampler, StepRule
+from mdmkit.samplers.threshold import ConfidenceThreshold
 
 
 class _Credits(StepRule):

@@ -13,7 +13,7 @@ Kim, Hong, Jung, Park and Yun, "KLASS: KL-Guided Fast Inference in Masked Diffus
 Every qualifying position is revealed (the code's default `unmask_strategy='all'`). When none qualifies the budget
 decides, as the code falls back: `steps=None` reveals the single most confident position (the Dream code, and the
 LLaDA code whenever steps = generation length, its scripts' setting); an integer spreads the block over that many
-steps with LLaDA's schedule (`budget.StepSchedule`), as `get_num_transfer_tokens` in the LLaDA code.
+steps with LLaDA's schedule (`steps.StepSchedule`), as `get_num_transfer_tokens` in the LLaDA code.
 
 A position's history starts when its block starts: the loop computes distributions for the current block only (and
 a KV cache computes nothing else), where the code tracks every position from the first step. In the first block
@@ -28,8 +28,10 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.budget import Budget, FixedCount, StepSchedule
+from mdmkit.samplers.budget import Budget
 from mdmkit.samplers.masked import MaskedSampler, StepRule
+from mdmkit.samplers.steps import StepSchedule
+from mdmkit.samplers.topk import FixedCount
 
 KL_EPS = 1e-12  # the code's eps inside both logarithms
 

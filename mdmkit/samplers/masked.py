@@ -26,22 +26,11 @@ from mdmkit.samplers.blocks import (
     eligible_span,
     enter_blocks,
 )
-from mdmkit.samplers.budget import (
-    Budget,
-    ConfidenceFactor,
-    ConfidenceThreshold,
-    DreamSchedule,
-    EntropyBound,
-    FastDllmFactor,
-    FixedCount,
-    Ranked,
-    RevealAll,
-    StepSchedule,
-)
+from mdmkit.samplers.budget import Budget, Ranked
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.ordering import ERROR_PROXIES, ErrorProxy, entropy, entropy_with_eps
+from mdmkit.samplers.ordering import ERROR_PROXIES, ErrorProxy, entropy
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 # (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
@@ -276,90 +265,3 @@ class MaskedSampler(Sampler):
             steps[rows] += 1
             step_in_block[rows] += 1
             settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
-
-
-@dataclass
-class TopKSampler(MaskedSampler):
-    """Reveal the k best positions per step (k = 1 is full-step sampling: one token per forward pass)."""
-
-    budget_rule = FixedCount
-    k: int = 1
-
-
-@dataclass
-class StepsSampler(MaskedSampler):
-    """A fixed number of steps per block, positions spread evenly over them (LLaDA's schedule)."""
-
-    budget_rule = StepSchedule
-    steps: int = 16
-
-
-@dataclass
-class DreamStepsSampler(MaskedSampler):
-    """Dream's timestep schedule over `steps` steps (see budget.DreamSchedule).
-
-    The `dream_*` presets also set what Dream's `diffusion_generate` does beyond the schedule: `empty_steps` (a
-    step scheduled to reveal 0 tokens spends its forward and reveals nothing), `mask_in_softmax` (confidence,
-    margin and entropy are read from the softmax over the whole vocabulary, the mask token included),
-    `entropy_eps` (the entropy order scores -sum p log(p + eps), Dream's 1e-10; 0: the exact entropy) and, for
-    alg='origin', `random_count` (each position revealed on its own with probability 1 - s/t: random order only).
-    """
-
-    budget_rule = DreamSchedule
-    steps: int = 64
-    eps: float = DreamSchedule.eps
-    empty_steps: bool = False
-    mask_in_softmax: bool = False
-    entropy_eps: float = 0.0
-    random_count: bool = DreamSchedule.random_count
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.entropy_eps >= 0.0, f"entropy_eps={self.entropy_eps} must be >= 0")
-        require(not self.random_count or self.ordering == "random",
-                f"random_count=true needs ordering=random (Dream's alg='origin'), not ordering={self.ordering}")
-
-    def error_proxy(self) -> ErrorProxy:
-        if self.ordering == "entropy" and self.entropy_eps > 0.0:
-            return entropy_with_eps(self.entropy_eps)
-        return super().error_proxy()
-
-
-@dataclass
-class EBSampler(MaskedSampler):
-    """EB-Sampler: reveal the largest ranked prefix whose entropy sum minus its max entropy is <= gamma."""
-
-    budget_rule = EntropyBound
-    gamma: float = 0.1
-
-
-@dataclass
-class ThresholdSampler(MaskedSampler):
-    """Fast-dLLM threshold: every position with confidence >= tau, at least the best one."""
-
-    budget_rule = ConfidenceThreshold
-    tau: float = 0.9
-
-
-@dataclass
-class FactorSampler(MaskedSampler):
-    """Fast-dLLM's factor rule as its paper states it: the largest n with (n + 1) * (1 - c_(n)) < factor."""
-
-    budget_rule = ConfidenceFactor
-    factor: float = 1.0
-
-
-@dataclass
-class FastDllmFactorSampler(MaskedSampler):
-    """Fast-dLLM's factor rule as its code applies it (budget.FastDllmFactor), in blocks of 32 as its scripts."""
-
-    budget_rule = FastDllmFactor
-    factor: float = 1.0
-    block_length: int | None = 32
-
-
-@dataclass
-class RevealAllSampler(MaskedSampler):
-    """Every eligible position in one step (one forward per block)."""
-
-    budget_rule = RevealAll

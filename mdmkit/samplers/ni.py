@@ -23,8 +23,9 @@ from mdmkit.core.config import require
 from mdmkit.models.denoiser import HIDDEN_STATES
 from mdmkit.models.indicator import IndicatorScorer
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, TopKSampler
+from mdmkit.samplers.masked import MaskedSampler
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.topk import TopKSampler
 
 # (masked [R, L], logits [R, L, V] with the mask token at -inf, last hidden state [R, L, D]) -> log-odds
 Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

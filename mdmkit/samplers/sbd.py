@@ -26,7 +26,8 @@ from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, KVCache
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import EBSampler, MaskedSampler
+from mdmkit.samplers.eb import EBSampler
+from mdmkit.samplers.masked import MaskedSampler
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
 _FILLER = 0  # token id placed in padding slots; they are never attended to and never revealed

@@ -31,8 +31,9 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import file_fingerprint, row_key
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, TopKSampler
+from mdmkit.samplers.masked import MaskedSampler
 from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.topk import TopKSampler
 from mdmkit.tasks.base import SPLITS, PuzzleTask, Split, default_cache_dir
 
 _COLUMNS = ("tokens", "reveal_step", "steps", "index", "correct")
