@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from mdmkit.analysis.pages import stamp
-from mdmkit.models.diffusion_lm import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
 from mdmkit.samplers import ForwardCounter, StepsSampler
 
 MODES = ("none", "prefix", "dual")

@@ -20,7 +20,7 @@ from tiny_text_models import CHAT_TOKENS, MASK_TOKEN, native_checkpoint_dir
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache
-from mdmkit.models.diffusion_lm import DiffusionLM
+from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.llm_checkpoints import load_diffusion_lm
 from mdmkit.samplers import ForwardCounter
 

@@ -15,8 +15,8 @@ from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
-from mdmkit.models.diffusion_lm import DiffusionLM
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
+from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
 

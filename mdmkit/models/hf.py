@@ -4,7 +4,7 @@ mdmkit samplers call `network(tokens, attn_mask=...)` with a key-padding mask [B
 and expect logits [B, L, V]. These adapters translate that call for a pretrained BERT-style masked LM so every
 sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes through the same causal
 decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models. LLaDA and Dream load into
-mdmkit's own network instead (`diffusion_lm`, `llm_checkpoints`): their hub code does not run under transformers
+mdmkit's own network instead (`llada_dream`, `llm_checkpoints`): their hub code does not run under transformers
 5, and no remote code is executed to load them.
 
 `transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
@@ -23,7 +23,7 @@ from torch import nn
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
-from mdmkit.models.diffusion_lm import DiffusionLM
+from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
 
 Kind = Literal["generic", "llada", "dream"]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from mdmkit.core.errors import CheckpointError, ConfigError
-from mdmkit.models.diffusion_lm import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
 
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
 DREAM_MASK_ID = 151666  # DreamConfig's default mask_token_id

@@ -1,6 +1,6 @@
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.credit import CreditSampler
-from mdmkit.samplers.dilated import DUSSampler
+from mdmkit.samplers.dus import DUSSampler
 from mdmkit.samplers.eb import EBSampler
 from mdmkit.samplers.factor import FactorSampler, FastDllmFactorSampler
 from mdmkit.samplers.klass import KlassSampler
