@@ -5,8 +5,7 @@ of its digit among the digits its row, column and box still allow, with that cou
 needs ~82 bits so, and at most ~111 by a counting bound: rows 0-3 allow at most 9!·86400·216·155520 < 2^60
 choices and rows 4-8 at most 75000·24576·4374·256 < 2^51, so each half fits one uint64. The givens are a
 packed 81-bit mask. Decoding is vectorised over puzzles (81 numpy steps): the 400k paper-scale puzzles shrink
-from 29 MB to 8.9 MB, small enough to travel to a remote machine, and decode in about a second (their splits
-load in ~4 s on 2 cores, keys included, where making them takes ~64 s of 16 processes).
+from 29 MB to 8.9 MB, small enough to travel to a remote machine, and decode far faster than they are made.
 """
 
 from __future__ import annotations

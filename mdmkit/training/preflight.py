@@ -1,4 +1,4 @@
-"""Checks of a training config that run before Lightning is imported (about 5 s): a bad value stops at once.
+"""Checks of a training config that run before Lightning is imported: a bad value stops at once.
 
 `check_run` needs nothing heavy; `check_components` builds every configured part that needs no weights (task,
 model spec, objective, optimizer, samplers), which imports torch but still not Lightning.
