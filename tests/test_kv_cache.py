@@ -34,6 +34,7 @@ from mdmkit.samplers import (
     TopKSampler,
 )
 from mdmkit.samplers.kv_cache import BlockCache, block_spans, without_default_cache
+from mdmkit.samplers.masked import StepRule
 from mdmkit.samplers.protocol import Canvas
 
 V, MASK, L = 12, 11, 14
@@ -355,9 +356,11 @@ def test_ni_sampling_refuses_a_cached_base_when_built_and_needs_the_bases_capabi
     with pytest.raises(CapabilityError, match="kv_cache"):
         require_capabilities(base_alone, FixedLogits(torch.zeros(L, V)))
     net = Recording(network())
-    with pytest.raises(ConfigError, match="reveal_also reads the hidden states of full forwards: cache=dual"):
+    reads_hidden = type("ReadsHidden", (StepRule,), {"needs_hidden": True})
+    with pytest.raises(ConfigError, match="a rule that reads hidden states needs full forwards: cache=dual"):
         canvas = Canvas(text_canvas([PROMPTS[0]])[0], MASK)
-        TopKSampler(block_length=4, cache="dual").fill(ForwardCounter(net, 1), canvas, reveal_also=lambda *x: None)
+        TopKSampler(block_length=4, cache="dual").fill_with(ForwardCounter(net, 1), canvas,
+                                                            reads_hidden(canvas.tokens == MASK))
     assert not net.calls
 
 

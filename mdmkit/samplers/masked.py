@@ -5,7 +5,8 @@ Each step the network predicts every position; the sampler draws a token for eac
 Rows reveal different counts in the same batch; a finished row leaves the batch and stops costing NFE.
 Semi-autoregressive decoding restricts eligibility to the current block of `block_length` answer positions;
 with blocks, `cache=prefix|dual` runs the block's later steps against an approximate KV cache (kv_cache.py).
-A rule that looks across steps (KLASS, Credit, Prophet) hooks into the loop through one `StepRule` made per `fill`.
+A rule that looks across steps or adds reveals (KLASS, Credit, Prophet, NI's indicator) hooks into the loop through
+one `StepRule` made per `fill`: the sampler's own (`step_rule`), or a wrapper's (`fill_with`).
 """
 
 from __future__ import annotations
@@ -33,9 +34,6 @@ from mdmkit.samplers.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.ordering import ERROR_PROXIES, ErrorProxy, entropy
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
 
-# (rows [R], state [R, L], logits [R, L, V], last hidden state [R, L, D]) -> extra positions to reveal [R, L]
-RevealHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
 
 class _LazyRanked(Ranked):
     """Ranked view whose entropies are computed only if a budget rule reads them."""
@@ -54,10 +52,14 @@ class StepRule:
     """The state of a rule that reads every step's predictions, made at the start of `fill` and gone after it.
 
     KLASS (klass.py) remembers each position's last distribution, Credit (credit.py) its accumulated credits,
-    Prophet (prophet.py) stops early. Each hook sees the step's batch rows `rows` [R]; memory is kept per batch row
-    and position and updated only for `rows` (rows leave the batch when finished). `span` is the columns the step
-    computes (`candidates` [R, S]: the positions the budget may reveal there). The defaults change nothing.
+    Prophet (prophet.py) stops early, NI (ni.py) adds what its indicator passes. Each hook sees the step's batch
+    rows `rows` [R]; memory is kept per batch row and position and updated only for `rows` (rows leave the batch
+    when finished). `span` is the columns the step computes (`candidates` [R, S]: the positions the budget may
+    reveal there). The defaults change nothing. A rule with `needs_hidden` reads the last hidden state of every
+    forward (the network's `hidden_states` capability, full forwards only: no KV cache).
     """
+
+    needs_hidden = False
 
     def __init__(self, answer: torch.Tensor) -> None:
         columns = answer.any(0).nonzero()  # memory covers the columns of the answer positions only
@@ -83,12 +85,20 @@ class StepRule:
         decides the others); None: the budget everywhere."""
         return None
 
+    def also(self, rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
+             hidden: torch.Tensor | None) -> torch.Tensor | None:
+        """Bool [R, L]: eligible positions to reveal beyond what the step reveals (`state` [R, L] the rows'
+        canvas, `logits` [R, L, V] every column's as the network returned them, `hidden` the last hidden state
+        of the same forward where `needs_hidden`). None: none."""
+        return None
+
 
 class StepRules(StepRule):
     """Several rules on one loop: logits pass through each in turn, a later rule's picks and commits win."""
 
     def __init__(self, *rules: StepRule) -> None:
         self.rules = rules
+        self.needs_hidden = any(rule.needs_hidden for rule in rules)
 
     @staticmethod
     def of(*rules: StepRule | None) -> StepRule | None:
@@ -113,6 +123,11 @@ class StepRules(StepRule):
             if mine is not None:
                 picked = mine if picked is None else torch.where(mine.any(1, keepdim=True), mine, picked)
         return picked
+
+    def also(self, rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
+             hidden: torch.Tensor | None) -> torch.Tensor | None:
+        extra = [e for e in (rule.also(rows, state, logits, hidden) for rule in self.rules) if e is not None]
+        return torch.stack(extra).any(0) if extra else None
 
 
 def _from_fields(rule: type, sampler: Any) -> Any:
@@ -174,15 +189,13 @@ class MaskedSampler(Sampler):
     def error_proxy(self) -> ErrorProxy:
         return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
 
-    def fill(self, network: ForwardCounter, canvas: Canvas, reveal_also: RevealHook | None = None,
-             rule: StepRule | None = None) -> Sampled:
-        """The shared loop (see `Sampler.sample`).
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        """The shared loop (see `Sampler.sample`)."""
+        return self.fill_with(network, canvas, None)
 
-        `reveal_also(rows, state, logits, hidden)` -> bool [R, L] adds eligible positions to reveal beyond the
-        budget's (NI sampling's indicator; `logits` has the mask token at -inf; `hidden` is the last hidden
-        state of the same forward, so the network needs the `hidden_states` capability). `rule` runs after this
-        sampler's own (a wrapper's, e.g. Prophet's early commit).
-        """
+    def fill_with(self, network: ForwardCounter, canvas: Canvas, rule: StepRule | None) -> Sampled:
+        """The shared loop with a wrapper's `rule` after this sampler's own (Prophet's early commit, NI's
+        indicator)."""
         tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
         attention_mask = canvas.attention_mask
         x = tokens.clone()
@@ -200,8 +213,9 @@ class MaskedSampler(Sampler):
         budget, proxy = self.budget(), self.error_proxy()
         columns = torch.arange(length, device=device)
         mask_index = torch.tensor([mask_id], device=device)
-        require(reveal_also is None or self.cache == "none",
-                f"reveal_also reads the hidden states of full forwards: cache={self.cache} must be none")
+        needs_hidden = rule is not None and rule.needs_hidden
+        require(not needs_hidden or self.cache == "none",
+                f"a rule that reads hidden states needs full forwards: cache={self.cache} must be none")
         cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
 
         while True:
@@ -219,7 +233,7 @@ class MaskedSampler(Sampler):
             if cache is not None:
                 due = entered if self.cache_refresh is None else step_in_block[rows] % self.cache_refresh == 0
                 logits, hidden = cache.logits(rows, state, in_block, due), None
-            elif reveal_also is None:
+            elif not needs_hidden:
                 logits, hidden = network(state, rows, **kwargs), None
             else:
                 logits, hidden = network.forward_with_hidden(state, rows, **kwargs)
@@ -257,9 +271,9 @@ class MaskedSampler(Sampler):
                 reveal = torch.where(picked.any(1, keepdim=True), picked & candidates, reveal)
             if commit is not None:
                 reveal = torch.where(commit[:, None], candidates, reveal)
-            if reveal_also is not None:  # the hook sees every column's logits, the mask token at -inf
-                full = full.float().index_fill(-1, mask_index, float("-inf"))
-                reveal |= (reveal_also(rows, state, full, hidden) & eligible)[:, span]
+            extra = None if rule is None else rule.also(rows, state, full, hidden)
+            if extra is not None:
+                reveal |= (extra & eligible)[:, span]
             x[rows, span] = torch.where(reveal, choice, state[:, span])
             reveal_step[rows, span] = torch.where(reveal, steps[rows, None], reveal_step[rows, span])
             steps[rows] += 1

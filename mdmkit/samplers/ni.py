@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import HIDDEN_STATES
+from mdmkit.models.denoiser import HIDDEN_STATES, without_mask
 from mdmkit.models.indicator import IndicatorScorer
 from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler
+from mdmkit.samplers.masked import MaskedSampler, StepRule
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 from mdmkit.samplers.topk import TopKSampler
 
@@ -82,9 +82,25 @@ class NISampler(Sampler):
         if share is None:
             share = network.share_of(scorer.indicator) if isinstance(scorer, IndicatorScorer) else 1.0
 
-        def reveal_also(rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
-                        hidden: torch.Tensor) -> torch.Tensor:
-            network.charge(rows, share, "indicator")
-            return scorer(state == canvas.mask_id, logits, hidden) >= threshold
+        answer = canvas.tokens == canvas.mask_id
+        rule = IndicatorRule(answer, scorer, threshold, share, network, canvas.mask_id)
+        return self.base.fill_with(network, canvas, rule)
 
-        return self.base.fill(network, canvas, reveal_also=reveal_also)
+
+class IndicatorRule(StepRule):
+    """Each step also reveals the eligible positions whose indicator log-odds reach `threshold`, read from the
+    forward's logits (the mask token ruled out) and last hidden state; the indicator's cost is charged to the
+    rows as a `share` of a forward."""
+
+    needs_hidden = True
+
+    def __init__(self, answer: torch.Tensor, scorer: Callable[..., torch.Tensor], threshold: float, share: float,
+                 network: ForwardCounter, mask_id: int) -> None:
+        super().__init__(answer)
+        self.scorer, self.threshold, self.share = scorer, threshold, share
+        self.network, self.mask_id = network, mask_id
+
+    def also(self, rows: torch.Tensor, state: torch.Tensor, logits: torch.Tensor,
+             hidden: torch.Tensor | None) -> torch.Tensor:
+        self.network.charge(rows, self.share, "indicator")
+        return self.scorer(state == self.mask_id, without_mask(logits, self.mask_id), hidden) >= self.threshold

@@ -2,7 +2,7 @@
 
 Each proxy maps the per-position predictive distribution (and the token chosen from it) to a score; the
 loop sorts masked positions by it. A learned proxy is any callable with the same signature (NI's indicator is
-not one: it adds reveals through the loop's `reveal_also` hook).
+not one: it adds reveals through the loop's `StepRule`).
 """
 
 from __future__ import annotations

@@ -110,4 +110,4 @@ class ProphetSampler(Sampler):
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """The base sampler's loop with the early commit after every forward."""
         answer = canvas.tokens == canvas.mask_id
-        return self.base.fill(network, canvas, rule=self.rule().start(answer, canvas.mask_id))
+        return self.base.fill_with(network, canvas, self.rule().start(answer, canvas.mask_id))
