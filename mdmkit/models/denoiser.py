@@ -103,9 +103,9 @@ def positions_from(keep: torch.Tensor) -> torch.Tensor:
     return (keep.long().cumsum(1) - 1).clamp(min=0)
 
 
-def without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """Float logits with the mask token ruled out, as samplers see them (it is never a prediction)."""
-    return logits.float().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
+def without_mask(logits: torch.Tensor, mask_id: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Logits in `dtype` with the mask token ruled out, as samplers see them (it is never a prediction)."""
+    return logits.to(dtype).index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
 
 
 def missing_capability(network: object, capability: str) -> CapabilityError:

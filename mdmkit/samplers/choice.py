@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from mdmkit.models.denoiser import without_mask
+
 
 def predictive_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """The distribution tokens are drawn from: softmax(logits / T), restricted to the top-p nucleus.
@@ -40,8 +42,7 @@ def choose_in_span(logits: torch.Tensor, span: slice, mask_id: int, temperature:
     """Tokens and their probabilities [R, L] chosen from `logits` [R, L, V] (in `dtype`, the mask token never
     chosen) at the columns of `span` only; `mask_id` and 0 elsewhere. Samplers pass the columns a step may
     reveal, so the vocabulary-wide work skips the prompt."""
-    part = logits[:, span].to(dtype)
-    part = part.index_fill(-1, torch.tensor([mask_id], device=part.device), float("-inf"))
+    part = without_mask(logits[:, span], mask_id, dtype)
     tokens, confidence = choose_tokens(predictive_distribution(part, temperature, top_p), temperature, generator)
     chosen = torch.full(logits.shape[:2], mask_id, dtype=tokens.dtype, device=tokens.device)
     probability = torch.zeros(logits.shape[:2], dtype=confidence.dtype, device=confidence.device)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.models.denoiser import without_mask
 from mdmkit.samplers.blocks import (
     answer_blocks,
     cache_requirements,
@@ -212,7 +213,6 @@ class MaskedSampler(Sampler):
         active = torch.ones(batch, dtype=torch.bool, device=device)
         budget, proxy = self.budget(), self.error_proxy()
         columns = torch.arange(length, device=device)
-        mask_index = torch.tensor([mask_id], device=device)
         needs_hidden = rule is not None and rule.needs_hidden
         require(not needs_hidden or self.cache == "none",
                 f"a rule that reads hidden states needs full forwards: cache={self.cache} must be none")
@@ -245,7 +245,7 @@ class MaskedSampler(Sampler):
             span = slice(0, length) if self.ordering == "random" else eligible_span(eligible)
             candidates = eligible[:, span]
             full, raw = logits, logits[:, span].float()
-            logits = raw.index_fill(-1, mask_index, float("-inf"))  # the mask token is never a prediction
+            logits = without_mask(raw, mask_id)
             if rule is not None:
                 logits = rule.fuse(rows, span, logits, candidates)
             probs = predictive_distribution(logits, self.temperature, self.top_p)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mdmkit.models.denoiser import without_mask
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.protocol import Sampled
 
@@ -72,7 +73,6 @@ def oracle_merge(
     done = torch.zeros(batch, dtype=torch.long, device=device)  # reference steps revealed so far (k)
     passes = torch.zeros_like(done)
     step_pass = torch.full((batch, max_steps), -1, dtype=torch.long, device=device)
-    mask_index = torch.tensor([mask_id], device=device)
     chunk = batch_size or max(batch, 1)
     # only positions of steps after k can stop a merge: given positions (-1), positions the reference left
     # masked (-1) and already revealed ones never do
@@ -88,7 +88,7 @@ def oracle_merge(
             shown = (steps_here >= 0) & (steps_here < k[:, None])
             state = torch.where(shown, target[rows], prompts[rows])
             logits = counter(state, rows).float()
-            predicted = logits.index_fill(-1, mask_index, float("-inf")).argmax(-1)
+            predicted = without_mask(logits, mask_id).argmax(-1)
             # first step after k (the always-revealed one) holding a wrong position; none: the row's end
             wrong_later = (predicted != target[rows]) & (steps_here > k[:, None])
             first_wrong = torch.where(wrong_later, steps_here, never).amin(1)

@@ -23,6 +23,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
+from mdmkit.models.denoiser import without_mask
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
 
@@ -66,11 +67,6 @@ def lowest(score: torch.Tensor, count: torch.Tensor, ties_first: torch.Tensor) -
     order = prior.gather(1, score.gather(1, prior).argsort(dim=1, stable=True))
     columns = torch.arange(score.shape[1], device=score.device)
     return torch.zeros_like(ties_first).scatter(1, order, columns[None, :] < count[:, None])
-
-
-def _without_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """Float64 logits with the mask token ruled out (it is never a prediction)."""
-    return logits.double().index_fill(-1, torch.tensor([mask_id], device=logits.device), float("-inf"))
 
 
 @dataclass
@@ -178,7 +174,7 @@ class P2Sampler(Sampler):
         """One denoiser forward: propose x0, score, keep the best positions, mask the rest."""
         masked = state == run.mask_id
         revealed = ~masked & ~run.fixed
-        logits = _without_mask(run.counter(state, run.rows, **run.kwargs), run.mask_id)
+        logits = without_mask(run.counter(state, run.rows, **run.kwargs), run.mask_id, torch.float64)
         x0, logp = self.propose(logits, run.generator)
         score = self._scores(run, state, x0, logp, revealed, logits.shape[-1])
         remask = self.remask(score, self.masked_count(run.free, step), masked) & ~run.fixed
@@ -210,7 +206,7 @@ class P2Sampler(Sampler):
             return logp
         proposal = self.planner_input(state, x0, run.fixed)[judged]
         kwargs = {name: value[judged] for name, value in run.kwargs.items()}
-        planner_logits = _without_mask(run.planner(proposal, **kwargs), run.mask_id)
+        planner_logits = without_mask(run.planner(proposal, **kwargs), run.mask_id, torch.float64)
         if planner_logits.shape != (*proposal.shape, vocab):
             raise ValueError(f"planner logits {tuple(planner_logits.shape)} do not match the denoiser's vocabulary "
                              f"({vocab}) and the sequences {tuple(proposal.shape)}")

@@ -43,7 +43,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
-from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE, positions_from
+from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE, positions_from, without_mask
 from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.counting import ForwardCounter
@@ -127,7 +127,6 @@ class WinoSampler(Sampler):
         current_block = torch.full_like(steps, -1)
         block_steps = torch.zeros_like(steps)  # steps taken in the current block: never more than its size
         active = torch.ones(batch, dtype=torch.bool, device=device)
-        mask_index = torch.tensor([mask_id], device=device)
 
         while True:
             masked = x == mask_id
@@ -144,7 +143,8 @@ class WinoSampler(Sampler):
             held_token = state.gather(1, shadow.at)
             drafts_from = shadow.valid & (held_token == mask_id)
             verified = shadow.valid & (held_token != mask_id)  # revealed by an earlier step of this block
-            probs = predictive_distribution(self._logits(shadow.canvas, mask_index), self.temperature, self.top_p)
+            drafted = without_mask(shadow.canvas, mask_id, torch.float64)
+            probs = predictive_distribution(drafted, self.temperature, self.top_p)
             choice, confidence = choose_tokens(probs, self.temperature, generator)
 
             # wide-in: above tau_in, at most the cap (best first), at least the best one
@@ -157,8 +157,8 @@ class WinoSampler(Sampler):
             drafted = draft.sum(1)
 
             # narrow-out: the shadow's probability of each earlier-revealed token of the block
-            verify_probs = predictive_distribution(self._logits(shadow.verify, mask_index), self.temperature,
-                                                   self.top_p)
+            verify_probs = predictive_distribution(without_mask(shadow.verify, mask_id, torch.float64),
+                                                   self.temperature, self.top_p)
             held = verify_probs.gather(-1, held_token[..., None]).squeeze(-1)
             fails = verified & (held < self.tau_out)
             bounded = fails.sum(1) >= last_drafted[rows]
@@ -178,10 +178,6 @@ class WinoSampler(Sampler):
                 view[rows] = torch.where(open_block, mask_id, state)
                 settle_stopped(network, canvas, view, answer, rows, active, self.stop_early)
 
-    @staticmethod
-    def _logits(logits: torch.Tensor, mask_index: torch.Tensor) -> torch.Tensor:
-        """Float64 logits with the mask token ruled out (it is never a prediction)."""
-        return logits.double().index_fill(-1, mask_index, float("-inf"))
 
     def _forward(self, network: ForwardCounter, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
                  positions: torch.Tensor, keep: torch.Tensor | None, mask_id: int) -> _Shadow:
