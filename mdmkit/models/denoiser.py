@@ -56,6 +56,16 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[2]
 
+    def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor, commit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, H, T + L, D] a layer's new tokens (`k`, `v` [B, H, L, D]) attend to: this cache's
+        first, then theirs; the first `commit` of the new ones are appended to the cache."""
+        past = 0 if self.keys[layer] is None else self.keys[layer].shape[2]
+        if past:
+            k, v = torch.cat([self.keys[layer], k], 2), torch.cat([self.values[layer], v], 2)
+        if commit:
+            self.keys[layer], self.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
+        return k, v
+
     def select(self, rows: torch.Tensor) -> KVCache:
         """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
         pick = lambda t: None if t is None else t[rows]

@@ -117,11 +117,7 @@ class Attention(nn.Module):
         q, k = rotate(q, *rotary, config.rope_fp32), rotate(k, *rotary, config.rope_fp32)
         if cache is not None:
             store, layer, commit = cache
-            if store.keys[layer] is not None:
-                k, v = torch.cat([store.keys[layer], k], 2), torch.cat([store.values[layer], v], 2)
-            past = k.shape[2] - length
-            if commit:
-                store.keys[layer], store.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
+            k, v = store.attend(layer, k, v, commit)
         groups = config.n_heads // config.n_kv_heads
         if groups > 1:  # kv head j serves query heads j * groups ... (j + 1) * groups - 1
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)

@@ -103,11 +103,7 @@ class SelfAttention(nn.Module):
             q, k = self.rotary(q, positions), self.rotary(k, positions)
         if cache is not None:
             store, layer, commit = cache
-            past = 0 if store.keys[layer] is None else store.keys[layer].shape[2]
-            if past:
-                k, v = torch.cat([store.keys[layer], k], 2), torch.cat([store.values[layer], v], 2)
-            if commit:
-                store.keys[layer], store.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
+            k, v = store.attend(layer, k, v, commit)
         if isinstance(attn_mask, BlockMask):
             y = flex_attention(q, k, v, block_mask=attn_mask)
         else:
