@@ -37,7 +37,6 @@ _READY = {"ready": True}
 # counts one sandbox alone, and no two sandboxes share an identity.
 _UID_BASE = 2_000_000_000
 _uids = count()
-_NAMESPACES = (("user", "userns"), ("net", "netns"), ("pid", "pidns"), ("ipc", "ipcns"), ("mnt", "mntns"))
 _leaked: list[tuple[int, bytes]] = []  # processes that survived a sandbox's SIGKILL, as `procs.identities`
 _leaked_lock = threading.Lock()
 # Reads the compiled `codec` and `child` modules from the request pipe and serves (see child.py).
@@ -176,24 +175,8 @@ class Sandbox:
     def _observe(self) -> None:
         """What confines the sandbox's first process, as /proc shows it (the candidate has not run yet)."""
         members = self._members()
-        if not members:
-            return
-        pid, seen = members[-1], []
-        for name, label in _NAMESPACES:
-            try:
-                if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
-                    seen.append(label)
-            except OSError:
-                pass
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            status = ""
-        if "\nSeccomp:\t2" in status:
-            seen.append("seccomp")
-        if any(line.startswith("Uid:") and "0" not in line.split()[1:] for line in status.splitlines()):
-            seen.append("non-root")
-        self.protections += seen
+        if members:
+            self.protections += procs.confinement(members[-1])
 
     def _exchange(self, data: bytes) -> dict:
         """Send `data` (after what is left of earlier data), then wait for one reply frame; raises `Stopped`

@@ -79,10 +79,16 @@ def namespaces(workdir, disk_mb):
         size = f"size={disk_mb}m,mode=1777"
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         # This process is pid 1 of the new namespace: a /proc that shows only it, its kernel settings read-only.
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        for path in filter(os.path.exists, ("/proc/sys", "/proc/sysrq-trigger")):
-            _mount(path, path, None, MS_BIND | MS_REC)
-            _mount(path, path, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY)
+        # A container that masks parts of its /proc refuses a new one inside a user namespace: the host's stays
+        # (the caller then reports no "private-proc"; docs/sandbox.md).
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError:
+            pass
+        else:
+            for path in filter(os.path.exists, ("/proc/sys", "/proc/sysrq-trigger")):
+                _mount(path, path, None, MS_BIND | MS_REC)
+                _mount(path, path, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY)
         for path in ("/tmp", "/dev/shm"):
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)

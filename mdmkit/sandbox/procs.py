@@ -109,6 +109,36 @@ def private_tmpfs_bytes(pids: list[int], paths: tuple[str, ...]) -> int:
     return 0
 
 
+_NAMESPACES = (("user", "userns"), ("net", "netns"), ("pid", "pidns"), ("ipc", "ipcns"), ("mnt", "mntns"))
+
+
+def confinement(pid: int) -> list[str]:
+    """What confines `pid`, as the caller's /proc shows it: the namespaces it does not share with the caller, a
+    /proc of its own (another procfs instance: another device), a seccomp filter, no root uid."""
+    seen = []
+    for name, label in _NAMESPACES:
+        try:
+            if os.stat(f"/proc/{pid}/ns/{name}").st_ino != os.stat(f"/proc/self/ns/{name}").st_ino:
+                seen.append(label)
+        except OSError:
+            pass
+    try:
+        if os.stat(f"/proc/{pid}/root/proc").st_dev != os.stat("/proc").st_dev:
+            seen.append("private-proc")
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        status = ""
+    if "\nSeccomp:\t2" in status:
+        seen.append("seccomp")
+    if any(line.startswith("Uid:") and "0" not in line.split()[1:] for line in status.splitlines()):
+        seen.append("non-root")
+    return seen
+
+
 def identities(pids: list[int]) -> list[tuple[int, bytes]]:
     """(pid, start time) pairs: a pid the kernel reuses for another process later no longer matches."""
     found = []
