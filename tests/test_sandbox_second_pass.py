@@ -151,6 +151,7 @@ def test_protections_are_what_the_caller_set_up_never_what_the_program_says(mode
     assert result.passed, result.reason
     assert "forged" not in result.protections and ("seccomp" in result.protections) == (os.uname().machine in (
         "x86_64", "aarch64"))
+    assert ("private-proc" in result.protections) == contained(mode)  # seen by the caller: another procfs
 
 
 def test_a_program_cannot_pass_its_failure_off_as_the_sandbox_not_starting(mode):
