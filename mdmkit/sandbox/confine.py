@@ -42,7 +42,7 @@ def _c():
         ulong = ctypes.c_ulong
         _libc.prctl.argtypes = [ctypes.c_int, ulong, ulong, ulong, ulong]
         _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ulong, ctypes.c_char_p]
-        _libc.syscall.argtypes = [ctypes.c_long, ctypes.c_char_p, ctypes.c_char_p]
+        _libc.capset.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     return _libc
 
 
@@ -113,11 +113,7 @@ def drop_privileges(uid=None):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     header = struct.pack("=Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = ctypes.create_string_buffer(24)  # effective, permitted, inheritable: two 32-bit words each, all zero
-    _check(libc.syscall(_capset_number(), header, data), "capset")
-
-
-def _capset_number():
-    return {"x86_64": 126, "aarch64": 91}.get(platform.machine(), -1)
+    _check(libc.capset(header, data), "capset")
 
 
 def _filter(arch, numbers):
