@@ -12,6 +12,8 @@ tell runs of a family apart: "gamma=0.001"). The row's `preset` is a name beside
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -160,12 +162,17 @@ def check_writable(path: str | Path) -> None:
 # ---------------------------------------------------------------------------------------- names and labels
 
 ORACLE = "oracle"
-# Fields every masked-loop sampler shares (conf/sampler_fields/masked_loop.yaml), at the values that change
-# nothing: left out of labels (a temperature of 0.7 is shown, one of 0.0 is not).
-_SHARED_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "block_length": None, "stop_early": True,
-                                    "cache": "none", "cache_refresh": None}
 # Fields the family name already says (ordering and P2's score, the KV cache) or that name the class.
 _IN_FAMILY = ("_target_", "name", "ordering", "score", "cache")
+
+
+@functools.lru_cache(maxsize=1)
+def _masked_loop_defaults() -> dict[str, Any]:
+    """The fields every masked-loop sampler shares, at the values that change nothing: left out of labels (a
+    temperature of 0.7 is shown, one of 0.0 is not)."""
+    from mdmkit.samplers import MaskedSampler
+
+    return {field.name: field.default for field in dataclasses.fields(MaskedSampler)}
 
 
 def sampler_family(sampler: Mapping[str, Any] | None, kind: str | None = None) -> str:
@@ -227,7 +234,8 @@ def settings_items(sampler: Mapping[str, Any] | None, prefix: str = "") -> list[
         return settings_items(sampler.get("reference") or {}, prefix)
     items: list[tuple[str, Any]] = []
     for key, value in sampler.items():
-        if key in _IN_FAMILY or value is None or (key in _SHARED_DEFAULTS and value == _SHARED_DEFAULTS[key]):
+        shared = _masked_loop_defaults()
+        if key in _IN_FAMILY or value is None or (key in shared and value == shared[key]):
             continue
         if isinstance(value, Mapping):
             items += settings_items(value, f"{prefix}{key}.")
