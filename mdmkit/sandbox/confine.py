@@ -57,15 +57,18 @@ def _mount(source, target, fstype, flags, data=None):
                       data.encode() if data else None), f"mount {target}")
 
 
+def namespace_flags(uid):
+    """The namespaces the fallback asks for: network, pid, ipc, mount, and a user namespace for a non-root uid."""
+    return CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS | (CLONE_NEWUSER if uid != 0 else 0)
+
+
 def namespaces(workdir, disk_mb):
     """Process fallback: new namespaces where the kernel allows them all (else none; a user needs a user
     namespace too); returns what the first process of the new pid namespace calls to mount its private file
     systems."""
     libc = _c()
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS
-    if uid != 0:
-        flags |= CLONE_NEWUSER
+    flags = namespace_flags(uid)
     if libc.unshare(flags) != 0:  # all or none: the caller reads in /proc which the sandbox got
         flags = 0
     if flags & CLONE_NEWUSER:

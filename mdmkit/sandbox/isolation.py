@@ -117,8 +117,7 @@ def gpu_node() -> bool:
 def fallback_namespaces() -> bool:
     """Whether the process fallback gets its network, pid, ipc and mount namespaces here (a user also needs a
     user namespace of its own): one probe per process, since container runtimes may refuse `unshare`."""
-    flags = confine.CLONE_NEWNET | confine.CLONE_NEWPID | confine.CLONE_NEWIPC | confine.CLONE_NEWNS
-    flags |= confine.CLONE_NEWUSER if os.geteuid() != 0 else 0
+    flags = confine.namespace_flags(os.geteuid())
     python, _ = interpreter()
     code = f"import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare({flags}) != 0)"
     try:
