@@ -174,5 +174,5 @@ def test_the_training_loader_goes_on_at_the_step_reached_and_pins_batches_for_a_
     """A copy from pageable memory makes the host wait for the GPU's queue: a GPU's batches come pinned."""
     trainer = SimpleNamespace(global_step=3, accumulate_grad_batches=2, global_rank=0, world_size=1,
                               strategy=SimpleNamespace(root_device=torch.device(device)))
-    loader = step_indexed_loader(trainer, [((torch.arange(10),), 2)], seed=0)
+    loader = step_indexed_loader(trainer, (torch.arange(10),), 2, seed=0)
     assert loader.dataset.start_step == 6 and loader.pin_memory is (device == "cuda")

@@ -77,14 +77,14 @@ def test_augmented_batches_replay_exactly_from_any_step(examples) -> None:
     task = SudokuTask()
 
     def batches(start: int, count: int) -> list[tuple[torch.Tensor, ...]]:
-        stream = iter(StepIndexedBatches([((tokens, mask), 4)], seed=7, start_step=start, rank=0, world_size=1,
+        stream = iter(StepIndexedBatches((tokens, mask), 4, seed=7, start_step=start, rank=0, world_size=1,
                                          transform=task.augment))
         return [next(stream) for _ in range(count)]
 
     whole, resumed = batches(0, 5), batches(3, 2)
     for a, b in zip(whole[3:], resumed):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
-    plain = next(iter(StepIndexedBatches([((tokens, mask), 4)], seed=7, start_step=0, rank=0, world_size=1)))
+    plain = next(iter(StepIndexedBatches((tokens, mask), 4, seed=7, start_step=0, rank=0, world_size=1)))
     assert not torch.equal(plain[0], whole[0][0])  # the transform ran
 
 

@@ -13,22 +13,22 @@ from mdmkit.tasks.base import PuzzleTask, Split
 
 WORKER_TIMEOUT_S = 300
 Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
-Pool = tuple[tuple[torch.Tensor, ...], int]  # (columns sharing their first dimension, rows each batch takes)
 
 
 class StepIndexedBatches(IterableDataset):
     """Batch number s is a pure function of (seed, s, rank): resuming at step s replays exactly what follows.
 
-    Each batch takes a fixed number of rows from each pool, drawn with replacement, so there are no epochs
+    Each batch takes `batch_size` rows of `columns` (tensors sharing their first dimension), drawn with
+    replacement, so there are no epochs
     whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs no
     distributed sampler. `transform` (e.g. a task's random symmetries) draws from the same seeded generator,
     after the rows, so it replays on a resume as well. Under k loader workers, worker w makes steps w, w + k, ...:
     the loader takes their batches in turn, so the stream is the same as in one process.
     """
 
-    def __init__(self, pools: Sequence[Pool], seed: int, start_step: int, rank: int, world_size: int,
-                 transform: Transform | None = None) -> None:
-        self.pools, self.seed = pools, seed
+    def __init__(self, columns: Sequence[torch.Tensor], batch_size: int, seed: int, start_step: int, rank: int,
+                 world_size: int, transform: Transform | None = None) -> None:
+        self.columns, self.batch_size, self.seed = tuple(columns), batch_size, seed
         self.start_step, self.rank, self.world_size = start_step, rank, world_size
         self.transform = transform
 
@@ -39,16 +39,13 @@ class StepIndexedBatches(IterableDataset):
         generator = torch.Generator()
         while True:
             generator.manual_seed(stream_seed(self.seed, step, self.rank, self.world_size))
-            parts = []
-            for columns, rows in self.pools:
-                index = torch.randint(len(columns[0]), (rows,), generator=generator)
-                parts.append([column[index] for column in columns])
-            batch = tuple(torch.cat(column) for column in zip(*parts))
+            index = torch.randint(len(self.columns[0]), (self.batch_size,), generator=generator)
+            batch = tuple(column[index] for column in self.columns)
             yield batch if self.transform is None else self.transform(*batch, generator)
             step += stride
 
 
-def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: int,
+def step_indexed_loader(trainer: L.Trainer | None, columns: Sequence[torch.Tensor], batch_size: int, seed: int,
                         transform: Transform | None = None, workers: int = 0) -> DataLoader:
     """The training loader that continues at the trainer's step (0 without a trainer) on this rank, its batches made
     by `workers` processes (0: in the training process). Batches for a GPU come in pinned memory: copied from
@@ -57,7 +54,7 @@ def step_indexed_loader(trainer: L.Trainer | None, pools: Sequence[Pool], seed: 
     rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
     pinned = trainer is not None and trainer.strategy.root_device.type == "cuda"
     # a batch takes milliseconds: a worker silent for minutes is stuck, and training stops with an error, not a hang
-    return DataLoader(StepIndexedBatches(pools, seed, start, rank, world, transform), batch_size=None,
+    return DataLoader(StepIndexedBatches(columns, batch_size, seed, start, rank, world, transform), batch_size=None,
                       pin_memory=pinned, num_workers=workers, timeout=WORKER_TIMEOUT_S if workers else 0)
 
 
@@ -85,9 +82,8 @@ class PuzzleDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
-        pools = [((train.tokens, train.answer_mask), self.batch_size)]
-        return step_indexed_loader(self.trainer, pools, self.seed, self._augment if self.augment else None,
-                                   self.workers)
+        return step_indexed_loader(self.trainer, (train.tokens, train.answer_mask), self.batch_size, self.seed,
+                                   self._augment if self.augment else None, self.workers)
 
     def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, generator: torch.Generator
                  ) -> tuple[torch.Tensor, ...]:

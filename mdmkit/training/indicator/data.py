@@ -48,7 +48,7 @@ class TrajectoryDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = self.train_data
-        return step_indexed_loader(self.trainer, [((data.tokens, data.reveal_step, data.steps), self.batch_size)],
+        return step_indexed_loader(self.trainer, (data.tokens, data.reveal_step, data.steps), self.batch_size,
                                    self.seed, workers=self.workers)
 
     def val_dataloader(self) -> DataLoader:
