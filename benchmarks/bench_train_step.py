@@ -31,7 +31,7 @@ from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script
 from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.io.checkpoint import build_task
-from mdmkit.training.preflight import COMPILE_MODES
+from mdmkit.training.run_config import COMPILE_MODES
 
 _SETTINGS = {"off": False, "on": True}  # --compile values; any other is a torch.compile mode
 _LABELS = {"off": "eager", "on": "torch.compile"}

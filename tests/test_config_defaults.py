@@ -135,9 +135,12 @@ def test_stored_rows_keep_their_sampler_dicts_under_todays_options() -> None:
         assert without_default_cache(sampler) in composed, sampler
 
 
-def test_train_yaml_data_states_the_data_settings_defaults() -> None:
-    """conf/train.yaml's `data` holds every field of DataConfig at its default: one source, stated twice, checked."""
-    from mdmkit.training.data_config import DataConfig
+def test_train_yaml_states_the_run_and_data_settings_defaults() -> None:
+    """conf/train.yaml's top level and `data` hold every field of RunConfig and DataConfig at its default: one
+    source, stated twice, checked."""
+    from mdmkit.training.run_config import DataConfig, RunConfig
 
-    data = raw_config(CONF / "train.yaml")["data"]
-    assert data == class_defaults(DataConfig)
+    train = raw_config(CONF / "train.yaml")
+    assert train["data"] == class_defaults(DataConfig)
+    run_defaults = class_defaults(RunConfig)
+    assert {name: train[name] for name in run_defaults} == run_defaults

@@ -11,13 +11,14 @@ from typing import Any
 import lightning as L
 import torch
 
-from mdmkit.core.config import build, require
+from mdmkit.core.config import build
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import build_network, build_task
 from mdmkit.tasks.base import Split
 from mdmkit.training.ema import EMA
-from mdmkit.training.optim import OptimConfig  # also importable from here: configs saved before it moved name it so
+from mdmkit.training.optim import OptimConfig
+from mdmkit.training.run_config import RunConfig
 
 
 def step_generator(module: L.LightningModule, salt: int) -> torch.Generator:
@@ -44,9 +45,8 @@ class MDMModule(L.LightningModule):
         self.objective = build(config["objective"], "objective")
         self.optim: OptimConfig = build(config["optim"], "optim")
         self.val_sampler = build(config["val_sampler"], "val_sampler")
-        ema_decay = config["ema_decay"]
-        require(0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
-        self.ema = EMA(self.network, ema_decay)
+        self.run = RunConfig.from_config(config)
+        self.ema = EMA(self.network, self.run.ema_decay)
         self.__dict__["_compiled"] = (None, None)  # (network, its compiled wrapper): kept out of the state dict
 
     @property
@@ -55,7 +55,7 @@ class MDMModule(L.LightningModule):
         such as reduce-overhead: CUDA graphs). Shapes are fixed, so a GPU's kernels fuse. Compiled on first use, and
         again if a strategy has wrapped the network since; validation, sampling and the saved model use the plain
         network."""
-        mode = self.config.get("compile")
+        mode = self.run.compile
         if not mode:
             return self.network
         network, compiled = self.__dict__["_compiled"]

@@ -11,21 +11,18 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, duration_seconds, require, require_bool, require_int
+from mdmkit.core.config import build, duration_seconds, require
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
-from mdmkit.training.data_config import DataConfig
-
-# configs saved before the optimizer settings moved out of the Lightning module name them there
-_LIGHT_TARGETS = {"mdmkit.training.module.OptimConfig": "mdmkit.training.optim.OptimConfig"}
-SAVE_DTYPES = ("float32", "bfloat16")  # weights of model.pt
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile(mode=)
+from mdmkit.training.run_config import DataConfig, RunConfig
 
 
-def check_run(cfg: DictConfig) -> None:
-    """Values every training run shares: files it starts from, step counts, the data settings."""
-    for option in ("ckpt_path", "init_from") if cfg.get("ckpt_path") is None else ("ckpt_path",):
-        path = cfg.get(option)  # a resume restores its weights: the model it was fine-tuned from may be gone
+def check_run(cfg: DictConfig) -> RunConfig:
+    """Values every training run shares (files it starts from, step counts, the run and data settings): the run
+    settings, checked."""
+    run = RunConfig.from_config(cfg)
+    for option in ("ckpt_path", "init_from") if run.ckpt_path is None else ("ckpt_path",):
+        path = getattr(run, option)  # a resume restores its weights: the model it was fine-tuned from may be gone
         if path is not None and Path(path).expanduser().is_dir():  # a run directory resumes outside a multirun
             raise CheckpointError(f"{option}={path} is a directory: name a checkpoint file in it")
         if path is not None and not Path(path).expanduser().is_file():
@@ -43,26 +40,12 @@ def check_run(cfg: DictConfig) -> None:
     anneal_by = (cfg.get("optim") or {}).get("anneal_by")
     require(anneal_by != "max_time" or max_time is not None,
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
-    require_int("checkpoint_every", cfg.get("checkpoint_every"), 1, optional=True)
     data = DataConfig.from_config(cfg.data)
     require(not (data.augment and cfg.get("indicator") is not None),
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
-    save_dtype = cfg.get("save_dtype", "float32")
-    require(save_dtype in SAVE_DTYPES, f"save_dtype={save_dtype} must be one of {', '.join(SAVE_DTYPES)}")
-    compiled = cfg.get("compile", False)
-    require(isinstance(compiled, bool) or compiled in COMPILE_MODES,
-            f"compile={compiled} must be true, false or a torch.compile mode ({', '.join(COMPILE_MODES)})")
-    ema_decay = cfg.get("ema_decay")
-    require(isinstance(ema_decay, (int, float)) and 0.0 <= ema_decay < 1.0, f"ema_decay={ema_decay} must lie in [0, 1)")
-    require_int("seed", cfg.get("seed", 0), 0)
-    require_bool("evaluate_after_training", cfg.get("evaluate_after_training", True))
-    if cfg.get("evaluate_after_training", True):
-        require_int("eval_limit", cfg.get("eval_limit"), 1, optional=True)
-        check_writable(cfg.results_file)  # the row of the test evaluation comes after all of training
-
-
-def _light(node: dict[str, Any]) -> dict[str, Any]:
-    return {**node, "_target_": _LIGHT_TARGETS.get(node.get("_target_"), node.get("_target_"))}
+    if run.evaluate_after_training:
+        check_writable(run.results_file)  # the row of the test evaluation comes after all of training
+    return run
 
 
 def check_components(config: dict[str, Any]) -> None:
@@ -82,6 +65,6 @@ def check_components(config: dict[str, Any]) -> None:
     require(not getattr(spec, "freeze_noncausal", False) or config.get("init_from") or config.get("ckpt_path"),
             "model.freeze_noncausal=true trains the causal head on a frozen trunk: give the trained MDM to start "
             "from (init_from=<mdm.pt>), else the trunk stays random")
-    build(_light(config["optim"]), "optim")
+    build(config["optim"], "optim")
     build_sampler(config["sampler"])  # before val_sampler, which is ${sampler} unless set: name what was typed
     build(config["val_sampler"], "val_sampler")

@@ -38,11 +38,11 @@ from mdmkit.training.callbacks import (
     StepRate,
     progress_bar,
 )
-from mdmkit.training.data_config import DataConfig
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import check_run
 from mdmkit.training.resume import require_resumable, wandb_run_id
+from mdmkit.training.run_config import DataConfig, RunConfig
 
 
 def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
@@ -74,10 +74,11 @@ def _finish_wandb() -> None:
     wandb.finish()
 
 
-def prepare_run(cfg: DictConfig) -> None:
+def prepare_run(cfg: DictConfig) -> RunConfig:
     """Checks every training run shares, then seeds it: a bad value stops before anything is built."""
-    check_run(cfg)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    run = check_run(cfg)
+    L.seed_everything(run.seed, workers=True, verbose=False)
+    return run
 
 
 def check_resume(cfg: DictConfig, module: L.LightningModule) -> None:
@@ -158,14 +159,14 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
 def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
     config = to_container(cfg)
-    prepare_run(cfg)
+    run = prepare_run(cfg)
     data = DataConfig.from_config(cfg.data)
     module = MDMModule(config)
-    if cfg.get("init_from") is not None and cfg.ckpt_path is None:  # a resume restores its own weights
-        start_from(module, cfg.init_from)
+    if run.init_from is not None and run.ckpt_path is None:  # a resume restores its own weights
+        start_from(module, run.init_from)
     # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
     check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
-    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, cfg.seed,
+    datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, run.seed,
                                   data.augment, data.workers)
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
@@ -176,17 +177,17 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
         return summary
 
     save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary},
-              dtype=getattr(torch, cfg.save_dtype))
-    if cfg.evaluate_after_training and not trainer.fast_dev_run:
-        network = module.network.to(resolve_device(cfg.device))
+              dtype=getattr(torch, run.save_dtype))
+    if run.evaluate_after_training and not trainer.fast_dev_run:
+        network = module.network.to(resolve_device(run.device))
         with module.ema.swapped_in(network):
             sampler = build_sampler(to_container(cfg.sampler), network)
-            result = evaluate_test_split(network, module.task, sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed)
+            result = evaluate_test_split(network, module.task, sampler, run.eval_limit, data.eval_batch_size, run.seed)
         summary.update(result.summary())
         row = {"kind": "train", "checkpoint": str(output_dir / "model.pt"), "weights": "ema",
                "task": module.task.name, "sampler": to_container(cfg.sampler), "preset": chosen_preset()}
         row["family"] = derive_family(row)
-        append_record(cfg.results_file, {**row, **summary, "config": config})
+        append_record(run.results_file, {**row, **summary, "config": config})
         print(f"[{module.task.name}] trained {trainer.global_step} steps in {train_time / 60:.1f} min | "
               f"{row_label(row)}: {format_summary(result.summary())}")
     return summary

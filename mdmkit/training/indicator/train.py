@@ -19,9 +19,9 @@ from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.io.indicator import save_indicator
 from mdmkit.io.results import append_record
 from mdmkit.models.indicator import num_parameters
-from mdmkit.training.data_config import DataConfig
 from mdmkit.training.indicator.data import TrajectoryDataModule
 from mdmkit.training.indicator.module import IndicatorModule
+from mdmkit.training.run_config import DataConfig
 from mdmkit.training.train import fit, prepare_run
 
 # the frozen base network stays in eval mode on purpose
@@ -31,11 +31,11 @@ warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the st
 def run_indicator_training(cfg: DictConfig, output_dir: Path,
                            on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     config = to_container(cfg)
-    prepare_run(cfg)
+    run = prepare_run(cfg)
     data = DataConfig.from_config(cfg.data)
     module = IndicatorModule(config)
     datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
-                                      data.val_examples, cfg.seed, data.workers)
+                                      data.val_examples, run.seed, data.workers)
     size = num_parameters(module.indicator)
     share = size / num_parameters(module.base)
     banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
@@ -48,15 +48,15 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
     path = output_dir / "indicator.pt"
     extra = {"base_checkpoint": module.trajectories.checkpoint, "config": config, "train_summary": summary}
     save_indicator(module.indicator, module.base, path, extra=extra)
-    if cfg.evaluate_after_training and not trainer.fast_dev_run:
-        module.eval().to(resolve_device(cfg.device))
+    if run.evaluate_after_training and not trainer.fast_dev_run:
+        module.eval().to(resolve_device(run.device))
         network = module.base
         result = evaluate_test_split(
-            network, module.task, module.sampler, cfg.eval_limit, data.eval_batch_size, cfg.seed
+            network, module.task, module.sampler, run.eval_limit, data.eval_batch_size, run.seed
         )
         summary.update(result.summary())
         sampler = {**to_container(cfg.sampler), "indicator": str(path)}
-        append_record(cfg.results_file, {"kind": "indicator", "checkpoint": module.trajectories.checkpoint,
+        append_record(run.results_file, {"kind": "indicator", "checkpoint": module.trajectories.checkpoint,
                                          "indicator": str(path), "task": module.task.name, "sampler": sampler,
                                          **summary, "config": config})
         print(f"[{module.task.name}] indicator: {trainer.global_step} steps in {train_time / 60:.1f} min"
