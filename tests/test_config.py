@@ -150,8 +150,8 @@ def test_evaluate_top_level_settings_are_typed_before_the_model_loads(override: 
 
 
 @pytest.mark.parametrize("override, message", [
-    ("eval_limit=0", "eval_limit=0 must be an integer >= 1 or null"),
-    ("eval_limit=abc", "eval_limit=abc must be an integer >= 1 or null"),
+    ("eval_limit=0", "eval_limit=0 must be >= 1 or null"),
+    ("eval_limit=abc", "eval_limit='abc': expected int \\| None"),
     ("data.val_examples=x", "data: val_examples='x': expected int"),
     ("results_file=/proc/rows.jsonl", "results_file=/proc/rows.jsonl cannot be written"),
 ])
@@ -184,3 +184,23 @@ def test_a_typo_under_data_is_refused_not_dropped() -> None:
 
     with pytest.raises(ConfigError, match=r"data: unknown key\(s\) \['augmnt'\] \(valid: augment, batch_size"):
         check_run(compose_config("train", ["+data.augmnt=true"]))
+
+
+def test_identity_keeps_only_what_differs_from_the_defaults_typed_by_the_fields() -> None:
+    """Results keys hash `identity`: equal settings written differently are one sampler."""
+    from mdmkit.core.config import identity, option
+
+    eb = option("sampler", "eb")
+    assert identity(eb) == {"_target_": "mdmkit.samplers.EBSampler"}  # every field at its default
+    assert identity({**eb, "gamma": 1}) == identity({**eb, "gamma": 1.0}) == identity(
+        {"_target_": "mdmkit.samplers.EBSampler", "gamma": 1.0})  # an int where a float is typed; fields left out
+    assert identity({**eb, "gamma": 1})["gamma"] == 1.0 and isinstance(identity({**eb, "gamma": 1})["gamma"], float)
+    assert identity({**eb, "block_length": 32}) != identity(eb)  # int | None stays an int, and counts
+    topk = option("sampler", "topk")
+    assert identity({**topk, "k": 2})["k"] == 2 and isinstance(identity({**topk, "k": 2})["k"], int)
+    assert identity({**eb, "stop_early": 1}) != identity(eb)  # 1 is not True: the sampler would refuse it
+    floor = {"name": "oracle", "reference": {**eb, "gamma": 1}}  # nested nodes alike; a dict without a target kept
+    assert identity(floor) == {"name": "oracle", "reference": {"_target_": "mdmkit.samplers.EBSampler", "gamma": 1.0}}
+    ni = option("sampler", "ni")
+    assert identity({**ni, "base": {**ni["base"], "cache": "none"}}) == identity(ni)
+    assert identity({"_target_": "no.such.Sampler", "x": 1}) == {"_target_": "no.such.Sampler", "x": 1}

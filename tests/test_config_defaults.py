@@ -9,7 +9,6 @@ the stored rows of docs/results must come back unchanged from today's options.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +17,8 @@ from typing import Any
 import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError
 
 from mdmkit.core.config import option
-from mdmkit.samplers.kv_cache import without_default_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -100,39 +97,6 @@ def test_every_sampler_option_states_every_field_of_its_class(path: Path) -> Non
     for where, node in dataclass_nodes(raw_config(path), path.stem):
         fields = {f.name for f in dataclasses.fields(get_class(node["_target_"]))}
         assert set(node) - {"_target_"} == fields, where
-
-
-def stored_samplers() -> list[dict[str, Any]]:
-    """The sampler configs of every results row in docs/results (oracle rows name no `_target_`)."""
-    samplers = []
-    for path in sorted((ROOT / "docs/results").glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            sampler = json.loads(line).get("sampler")
-            if isinstance(sampler, dict) and "_target_" in sampler and sampler not in samplers:
-                samplers.append(sampler)
-    return samplers
-
-
-def test_stored_rows_keep_their_sampler_dicts_under_todays_options() -> None:
-    """Each stored row's sampler comes back from an option plus `sampler.<field>=` overrides, so its key (a
-    hash over that dict) does too and `resume` still recognises every stored measurement. Rows stored before the
-    KV-cache fields existed read as `cache=none`, which evaluation leaves out of keys (`without_default_cache`, applied
-    to both sides as the key applies it)."""
-    options: dict[str, list[Any]] = defaultdict(list)
-    for path in SAMPLER_OPTIONS:
-        composed = OmegaConf.create(raw_config(path))
-        OmegaConf.set_struct(composed, True)  # as Hydra composes: an override may not add a key
-        options[composed._target_].append(composed)
-    samplers = stored_samplers()
-    assert len(samplers) > 100
-    for sampler in samplers:
-        composed = []
-        for candidate in options[sampler["_target_"]]:
-            try:
-                composed.append(without_default_cache(OmegaConf.to_container(OmegaConf.merge(candidate, sampler))))
-            except ConfigKeyError:  # another option of the class (NI on another base)
-                continue
-        assert without_default_cache(sampler) in composed, sampler
 
 
 def test_train_yaml_states_the_run_and_data_settings_defaults() -> None:

@@ -33,7 +33,7 @@ from mdmkit.samplers import (
     ThresholdSampler,
     TopKSampler,
 )
-from mdmkit.samplers.kv_cache import BlockCache, block_spans, without_default_cache
+from mdmkit.samplers.kv_cache import BlockCache, block_spans
 from mdmkit.samplers.masked import StepRule
 from mdmkit.samplers.protocol import Canvas
 
@@ -364,14 +364,10 @@ def test_ni_sampling_refuses_a_cached_base_when_built_and_needs_the_bases_capabi
     assert not net.calls
 
 
-def test_rows_and_keys_name_the_cache_only_where_there_is_one() -> None:
+def test_families_name_the_cache_only_where_there_is_one() -> None:
     eb = {"_target_": "mdmkit.samplers.EBSampler", "ordering": "confidence", "gamma": 0.1, "block_length": 32}
     plain, dual = {**eb, "cache": "none", "cache_refresh": None}, {**eb, "cache": "dual", "cache_refresh": None}
-    assert without_default_cache(plain) == eb  # keys of cache=none rows are those of the rows before caches
-    assert without_default_cache(dual) == dual
     ni = {"_target_": "mdmkit.samplers.ni.NISampler", "base": plain, "epsilon": 0.9}
-    assert without_default_cache({"name": "oracle", "reference": ni}) == {"name": "oracle",
-                                                                          "reference": {**ni, "base": eb}}
     assert derive_family({"sampler": plain}) == derive_family({"sampler": eb}) == "eb-confidence"
     assert derive_family({"sampler": dual}) == "eb-confidence+dual"
     assert derive_family({"sampler": {**ni, "base": {**eb, "cache": "prefix"}}}) == "ni-eb-confidence+prefix"

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf, open_dict
 
 from mdmkit.analysis import pareto, pareto_tables
 from mdmkit.analysis.pareto_plot import plot_fronts
-from mdmkit.core.config import build
 from mdmkit.evaluation.distributed import Ranks
 from mdmkit.evaluation.evaluate import _Rows, run_evaluation
 from mdmkit.evaluation.sweep import expand
@@ -120,15 +119,15 @@ def test_old_rows_without_the_field_load_and_render(tmp_path: Path):
     assert set(pareto.fronts_by_family([bare, new])) == {"eb-confidence"}
 
 
-def test_the_key_of_a_published_row_is_unchanged_by_the_preset():
-    stored = next(json.loads(line) for line in SUDOKU_PARETO.read_text().splitlines()
-                  if json.loads(line)["key"] == "797d402006bb3bbfff51")  # EB gamma=1e-4, kept by resumed sweeps
-    data = {"task": build(stored["config"]["task"], "task").fingerprint(), "test_file": None}
-    rows = _Rows(OmegaConf.create(stored["config"]), stored["checkpoint"], stored["checkpoint_sha"], "sudoku",
-                 data, "test examples", "ema", None, Ranks())
-    made = rows.row("evaluate", stored["sampler"], {"accuracy": stored["accuracy"]}, "eb")
-    assert made["key"] == stored["key"] and made["preset"] == "eb" and "preset" not in made["sampler"]
-    assert rows.row("evaluate", stored["sampler"], {}, "some_other_preset")["key"] == stored["key"]
+def test_the_key_of_a_row_is_unchanged_by_the_preset():
+    cfg = compose_config("evaluate", ["ckpt=model.pt", "sampler=eb", "sampler.gamma=0.0001"])
+    rows = _Rows(cfg, "model.pt", "0123456789abcdef", "sudoku", {"task": "fingerprint", "test_file": None},
+                 "test examples", "ema", None, Ranks())
+    sampler = OmegaConf.to_container(cfg.sampler)
+    made = rows.row("evaluate", sampler, {"accuracy": 0.5}, "eb")
+    assert made["preset"] == "eb" and "preset" not in made["sampler"]
+    assert rows.row("evaluate", sampler, {}, "some_other_preset")["key"] == made["key"]
+    assert rows.row("evaluate", {**sampler, "gamma": 0.001}, {}, "eb")["key"] != made["key"]
 
 
 def test_sweep_jobs_keep_the_option_they_came_from():
@@ -166,22 +165,6 @@ def test_sweep_console_lines_table_and_rows_name_preset_and_settings(tiny_checkp
     assert capsys.readouterr().out.count("llada (steps-confidence) block_length=32, steps=") == 2 + 2
     assert [row["preset"] for row in again] == ["llada", "llada", "eb"]
     assert [row["key"] for row in again] == [row["key"] for row in rows]
-
-
-def test_resumed_rows_from_before_the_field_take_the_preset_that_asked_again(tiny_checkpoint: Path, tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture):
-    results = tmp_path / "results.jsonl"
-    cfg = compose_config("evaluate", [f"ckpt={tiny_checkpoint}", "limit=4", f"results_file={results}",
-                                      "wandb.mode=disabled", "sampler=eb", "sampler.gamma=0.01"])
-    (row,) = run_evaluation(cfg)
-    old = {k: v for k, v in row.items() if k != "preset"}  # as written before the field existed
-    results.write_text(json.dumps(old) + "\n")
-    with open_dict(cfg):
-        cfg.sweep = {"name": "again", "entries": [{"sampler": "eb", "grid": {"gamma": [0.01]}}]}
-    (resumed,) = run_evaluation(cfg)
-    assert "eb-confidence gamma=0.01: already in" in capsys.readouterr().out
-    assert resumed["key"] == row["key"] and resumed["preset"] == "eb"
-    assert len(read_records(results)) == 1  # not run again
 
 
 def test_a_hydra_multirun_over_presets_names_each_and_separates_their_fronts(tiny_checkpoint: Path, tmp_path: Path):

@@ -155,11 +155,26 @@ def test_sampler_overrides_beside_a_sweep_are_refused_not_ignored(tmp_path: Path
         "ignored: drop it, or add it to the sweep's grid")
 
 
-def test_asking_for_the_oracle_of_a_recorded_sampler_adds_only_the_oracle_row(tiny_checkpoint: Path,
-                                                                               tmp_path: Path) -> None:
+def test_equal_settings_written_differently_are_one_row(tiny_checkpoint: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """`sampler.gamma=1` from a command line and `gamma: 1.0` from a grid are one setting: one row, resumed."""
+    assert len(expand({"entries": [{"sampler": "eb", "grid": {"gamma": [1, 1.0]}}]})) == 1
+    results = tmp_path / "results.jsonl"
+    (first,) = evaluate(tiny_checkpoint, results, "sampler=eb", "sampler.gamma=1")
+    capsys.readouterr()
+    grid = {"name": "one", "entries": [{"sampler": "eb", "grid": {"gamma": [1.0]}}]}
+    (again,) = evaluate(tiny_checkpoint, results, sweep=grid)
+    assert "already in" in capsys.readouterr().out
+    assert read_records(results) == [again] and again["key"] == first["key"]
+
+
+def test_asking_for_the_oracle_of_a_recorded_sampler_adds_only_the_oracle_row(
+        tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     results = tmp_path / "results.jsonl"
     first = evaluate(tiny_checkpoint, results, "sampler.k=2")
+    capsys.readouterr()
     again = evaluate(tiny_checkpoint, results, "sampler.k=2", "oracle=true")
+    assert "sampled again for its oracle floor (the row is kept, not written twice)" in capsys.readouterr().out
     stored = read_records(results)
     assert [r["kind"] for r in stored] == ["evaluate", "oracle"]  # the sampler's row is not written twice
     assert again[0] == stored[0] and again[0]["key"] == first[0]["key"] and again[1]["kind"] == "oracle"

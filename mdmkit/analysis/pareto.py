@@ -53,8 +53,8 @@ PointLike = Point | tuple[float, float] | tuple[float, float, Any]
 
 
 def derive_family(row: Mapping[str, Any]) -> str:
-    """The family a row's front is drawn under: its `family` (or, for rows written before the field existed, the
-    one `results.sampler_family` derives from its sampler config), qualified by its `preset` where that option is
+    """The family a row's front is drawn under: its `family` (for a row being made: the one
+    `results.sampler_family` derives from its sampler config), qualified by its `preset` where that option is
     more than the rule's plain one (`results.preset_family`).
 
     `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy" (P2: its `score` stands

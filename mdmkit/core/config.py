@@ -155,6 +155,60 @@ def to_container(node: DictConfig | dict) -> dict[str, Any]:
     return dict(node)
 
 
+def _located(target: Any) -> Any:
+    try:
+        from hydra._internal.utils import _locate
+
+        return _locate(target) if isinstance(target, str) else None
+    except Exception:  # noqa: BLE001 -- an unlocatable target is left as written
+        return None
+
+
+def _typed(value: Any, annotation: Any) -> Any:
+    """An integer given where the field takes a float (and not an int) as that float: `gamma=1` is `gamma=1.0`."""
+    if isinstance(value, int) and not isinstance(value, bool) and _matches(0.5, annotation) \
+            and not _admits_int(annotation):
+        return float(value)
+    return value
+
+
+def _admits_int(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return any(_admits_int(arg) for arg in typing.get_args(annotation))
+    return annotation is int or annotation is Any
+
+
+def identity(node: Any) -> Any:
+    """What determines a `_target_` node (nested nodes alike): its fields as its dataclass types them, without the
+    ones at their defaults. Equal settings written differently (`gamma=1` / `1.0`, a default stated or left out,
+    a field added later with the old behaviour as its default) have one identity, which results keys hash."""
+    if isinstance(node, list | tuple):
+        return [identity(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    cls = _located(node.get("_target_"))
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls) else {}
+    hints = typing.get_type_hints(cls) if fields else {}
+    kept = {}
+    for name, value in node.items():
+        value = identity(value)
+        field = fields.get(name)
+        if field is not None:
+            value = _typed(value, hints[name])
+            default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+            if default is not dataclasses.MISSING and _same(value, default):
+                continue
+        kept[name] = value
+    return kept
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal and of one type (`0` is not `False`); a YAML list equals a tuple default."""
+    if isinstance(default, tuple):
+        default = list(default)
+    return type(value) is type(default) and value == default
+
+
 def option(group: str, name: str) -> dict[str, Any]:
     """Option `name` of config group `group` as `group=name` selects it: composed by Hydra, so the shared fields
     an option inherits through its defaults list are included.

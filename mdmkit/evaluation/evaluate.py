@@ -35,13 +35,12 @@ from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import (
     append_record,
     check_writable,
+    evaluation_key,
     file_fingerprint,
     provenance,
     read_records,
-    row_key,
 )
 from mdmkit.samplers import Sampler
-from mdmkit.samplers.kv_cache import without_default_cache
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.text import TextTask
 
@@ -82,16 +81,15 @@ class _Rows:
         self.context = {**provenance(), "config": to_container(cfg), "train_config": train_config}
 
     def key(self, kind: str, sampler: dict[str, Any]) -> str:
-        # without a KV cache, a sampler keys as it did before the cache fields existed
-        return row_key(kind=kind, sampler=without_default_cache(sampler), **self.measurement)
+        return evaluation_key(kind, sampler, self.measurement)
 
     def row(self, kind: str, sampler: dict[str, Any], summary: dict[str, Any], preset: str | None = None
             ) -> dict[str, Any]:
         params = {k: v for k, v in sampler.items() if k != "_target_"}
         # `preset`: the conf/sampler option the config came from ("llada"), a name beside the key, not in it
-        return {"kind": kind, "key": self.key(kind, sampler), **self.common, "sampler": sampler,
-                "family": derive_family({"kind": kind, "sampler": sampler}), "preset": preset, "params": params,
-                **summary, **self.context}
+        return {"kind": kind, "key": self.key(kind, sampler), **self.common, "measurement": self.measurement,
+                "sampler": sampler, "family": derive_family({"kind": kind, "sampler": sampler}), "preset": preset,
+                "params": params, **summary, **self.context}
 
 
 Measure = Callable[[SweepJob], EvalResult | None]  # None on the ranks other than 0 of a data-parallel run
@@ -101,6 +99,10 @@ def _run_job(job: SweepJob, cfg: DictConfig, task_name: str, measure: Measure, r
              stored: Mapping[str, dict]) -> list[dict]:
     """Measure one job and append its rows, except those already `stored` (the sampler's row, when only the
     oracle floor asked for beside it is new), which it returns as they were stored."""
+    recorded = stored.get(rows.key("evaluate", job.sampler))  # only the main rank reads the file
+    if job.oracle and recorded is not None:
+        print(f"[{task_name}] {row_label(recorded)}: in {cfg.results_file}; sampled again for its oracle floor "
+              "(the row is kept, not written twice)")
     result = measure(job)
     if result is None:
         return []
@@ -227,8 +229,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
             if all(k in resumed for k in keys):
                 if not ranks.main:
                     continue
-                # rows written before `preset` existed are named by the option that asked for them again
-                done = [{**finished[k], "preset": finished[k].get("preset") or job.preset} for k in keys]
+                done = [finished[k] for k in keys]
                 print(f"[{task_name}] {row_label(done[0])}: already in {cfg.results_file} (resume=false re-runs "
                       f"it): accuracy {done[0]['accuracy']:.4f}, NFE mean {done[0]['nfe_mean']:.2f}")
                 collected += done

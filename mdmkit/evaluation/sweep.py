@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, option, require, to_container
+from mdmkit.core.config import build, identity, option, require, to_container
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.resolve import checkpoint_fields
 from mdmkit.io.results import canonical
@@ -53,7 +53,7 @@ def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
     entries = spec.get("entries") or []
     require(isinstance(entries, list) and bool(entries), "sweep: entries must be a non-empty list of "
                                                           "{sampler, grid, oracle} entries")
-    jobs: dict[str, SweepJob] = {}  # by canonical config: a sampler listed twice runs once, under its first option
+    jobs: dict[str, SweepJob] = {}  # by identity: a sampler listed twice runs once, under its first option
     for number, entry in enumerate(entries):
         where = f"sweep.entries[{number}]"
         require(isinstance(entry, dict) and "sampler" in entry, f"{where}: each entry needs a sampler: option")
@@ -70,7 +70,7 @@ def expand(sweep: DictConfig | dict[str, Any]) -> list[SweepJob]:
         for combination in itertools.product(*values):
             config = {**base, **dict(zip(grid, combination))}
             build(config, where, **{name: None for name in checkpoint_fields(config)})  # paths: checked, not loaded
-            key = canonical(config)
+            key = canonical(identity(config))
             oracle = bool(entry.get("oracle", False)) or (key in jobs and jobs[key].oracle)
             preset = jobs[key].preset if key in jobs else str(entry["sampler"])
             jobs[key] = SweepJob(config, oracle, preset)

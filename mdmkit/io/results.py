@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mdmkit.core.config import identity
 from mdmkit.core.errors import ConfigError
 
 
@@ -49,6 +50,12 @@ def canonical(value: Any) -> str:
 def row_key(**parts: Any) -> str:
     """A stable id for a measurement: the hash of what determines it."""
     return hashlib.sha256(canonical(parts).encode()).hexdigest()[:20]
+
+
+def evaluation_key(kind: str, sampler: Mapping[str, Any], measurement: Mapping[str, Any]) -> str:
+    """The key of an evaluation row: its kind, the sampler's `identity` and what it was measured on (model, data,
+    seed, limit, batch size), all stored in the row, so a row can always be keyed again from itself."""
+    return row_key(kind=kind, sampler=identity(dict(sampler)), **measurement)
 
 
 @cache

@@ -31,7 +31,7 @@ row computes what it would alone (for rotary networks such as LLaDA this only sh
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -40,24 +40,6 @@ from mdmkit.models.denoiser import KVCache, positions_from
 from mdmkit.samplers.counting import ForwardCounter
 
 CacheMode = Literal["none", "prefix", "dual"]
-CACHE_FIELDS = ("cache", "cache_refresh")
-
-
-def without_default_cache(config: Any) -> Any:
-    """A sampler config (a dict, nested samplers included) without its cache fields where it has no cache.
-
-    Results rows are keyed by a hash of the sampler dict: rows sampled with `cache=none` keep the keys they had
-    before the fields existed (`cache_refresh` must be null without a cache, so nothing is lost).
-    """
-    if isinstance(config, dict):
-        plain = config.get("cache") == "none"
-        return {key: without_default_cache(value) for key, value in config.items()
-                if not (plain and key in CACHE_FIELDS)}
-    if isinstance(config, list):
-        return [without_default_cache(value) for value in config]
-    return config
-
-
 def block_spans(in_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of `in_block` [R, L] (the positions of the row's current block): the first position and one past
     the last one."""

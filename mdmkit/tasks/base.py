@@ -240,9 +240,10 @@ class PuzzleTask(Validated):
         """The cached examples; only `rows` of them are unpacked (the test split heads a full cache)."""
         with np.load(path) as cached:
             arrays = {name: cached[name][rows] for name in cached.files}
-        if "tokens" in arrays:  # the generic layout, which every task can read (caches written before `pack`)
-            return unpack_tokens(arrays)
-        return self.unpack(arrays)
+        try:
+            return self.unpack(arrays)
+        except DataFormatError as error:
+            raise DataFormatError(f"{path}: {error} (another layout: delete the file and it is made again)") from None
 
     def _write_cache(self, path: Path, examples: Examples) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

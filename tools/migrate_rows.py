@@ -1,0 +1,55 @@
+"""Bring results files written by an older mdmkit to today's row layout, in place (a `.bak` copy kept).
+
+    .venv/bin/python tools/migrate_rows.py docs/results/*.jsonl
+
+Every evaluation row gets the fields rows carry today (`preset`, `family`); a row that stores what it was measured
+on (`measurement`) is keyed again by today's `evaluation_key`, so a resumed sweep recognises it. Rows from before
+`measurement` was stored keep their key: it hashes a data fingerprint the row does not hold, so a resume measures
+such a setting once more. Prints what changed per file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mdmkit.io.results import evaluation_key, read_records, sampler_family
+
+EVALUATION_KINDS = ("evaluate", "oracle")
+
+
+def migrated(row: dict[str, Any]) -> dict[str, Any]:
+    """The row in today's layout (unchanged where it already is)."""
+    if row.get("kind") not in EVALUATION_KINDS:
+        return row
+    row = {"preset": None, **row}
+    row.setdefault("family", sampler_family(row.get("sampler"), row.get("kind")))
+    if isinstance(row.get("measurement"), dict) and isinstance(row.get("sampler"), dict):
+        row["key"] = evaluation_key(row["kind"], row["sampler"], row["measurement"])
+    return row
+
+
+def migrate_file(path: Path) -> tuple[int, int]:
+    """Rewrite `path` in today's layout; (rows changed, rows in the file)."""
+    rows = read_records(path)
+    new = [migrated(row) for row in rows]
+    changed = sum(old != row for old, row in zip(rows, new, strict=True))
+    if changed:
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+        path.write_text("".join(json.dumps(row) + "\n" for row in new))
+    return changed, len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path, help="results JSONL files")
+    for path in parser.parse_args().files:
+        changed, total = migrate_file(path)
+        print(f"{path}: {changed} of {total} rows brought to today's layout")
+
+
+if __name__ == "__main__":
+    main()
