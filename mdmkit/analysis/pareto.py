@@ -78,8 +78,8 @@ def _seed(row: Mapping[str, Any]) -> Any:
 
 
 def test_set_differences(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """How the rows' test sets differ, if they do: in their examples (`test_set`, a hash of them stored in rows
-    since it was added; older rows compare by size alone) or in how many they hold (`limit`)."""
+    """How the rows' test sets differ, if they do: in their examples (`test_set`, a hash of them; rows without it
+    compare by size alone) or in how many they hold (`limit`)."""
     rows = list(rows)
     sizes = sorted({str(row.get("n")) for row in rows})
     examples = {row["test_set"] for row in rows if "test_set" in row}

@@ -223,8 +223,8 @@ def is_plain_preset(preset: str, family: str) -> bool:
 
 
 def preset_family(family: str, preset: str | None) -> str:
-    """The family a row is drawn and tabled under: `family` itself for rows without a preset (rows written before
-    the field existed) and for the rule's plain option; else the option first: ("steps-confidence", "llada") ->
+    """The family a row is drawn and tabled under: `family` itself for rows without a preset (a config composed
+    outside Hydra) and for the rule's plain option; else the option first: ("steps-confidence", "llada") ->
     "llada (steps-confidence)", so presets with different configs get fronts of their own. Idempotent."""
     if not preset or family == ORACLE or is_plain_preset(preset, family) or f"{preset} (" in family:
         return family
