@@ -111,7 +111,7 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="needs /proc to find the rank to kill")
 def test_a_sweep_killed_with_one_rank_resumes_to_the_single_process_rows(tmp_path):
     search = write_sweep(tmp_path / "conf", "four", "  - sampler: topk\n    grid: {k: [1, 2, 3, 4]}\n")
-    common = [f"ckpt={SUDOKU}", "sweep=four", search, "limit=150", "batch_size=8", "device=cpu",
+    common = [f"ckpt={SUDOKU}", "sweep=four", search, "limit=48", "batch_size=8", "device=cpu",
               "wandb.mode=disabled"]
     results = tmp_path / "two.jsonl"
     log = tmp_path / "two.stderr"  # a file, not a pipe: nobody reads while it runs, so a pipe could fill and stall
