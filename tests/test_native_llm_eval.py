@@ -276,3 +276,49 @@ def test_prompts_are_cut_to_the_models_positions_and_a_longer_max_length_is_refu
     assert model.network(canvas).shape[1] == positions  # the longest canvas runs
     with pytest.raises(ConfigError, match=f"max_length={positions + 1} is more than the {positions} positions"):
         load_text_model(str(checkpoints[kind]), HFModelConfig(kind=kind, max_length=positions + 1), "cpu")
+
+
+@needs_models
+@needs_data
+def test_evaluate_and_lm_eval_give_equal_generations_verdicts_and_nfe(checkpoints, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same documents through `evaluate.py` and `mdmkit-lm-eval`: one answer. The end-of-text token stops a row
+    in both (nothing after it is scored; NFE to the stop is counted there). With the tasks' 8 shots (prompts cut
+    to the model's positions), 64 answer tokens and Fast-dLLM's threshold rule with the dual cache, the tiny
+    LLaDA ends its third answer after its first block."""
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.tasks import TaskManager
+
+    import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
+    from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.lm_eval_tasks import utils
+
+    docs, answer = 4, 64
+    results = tmp_path / "rows.jsonl"
+    cfg = compose_config("evaluate", [
+        "task=gsm8k", f"task.data_dir={BENCHMARK_DATA}", f"task.max_gen_len={answer}", f"ckpt={checkpoints['llada']}",
+        "hf.kind=llada", f"limit={docs}", f"batch_size={docs}", "device=cpu", f"results_file={results}",
+        "wandb.mode=disabled", "sampler=fastdllm_threshold", "sampler.cache=dual"])
+    (row,) = run_evaluation(cfg)
+    (generations_file,) = (tmp_path / "generations").glob("*.jsonl")
+    ours = [json.loads(line) for line in generations_file.read_text().splitlines()]
+
+    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
+    monkeypatch.setattr("lm_eval.evaluator.add_env_info", lambda results: None)
+    utils.task.cache_clear()
+    tasks = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
+    theirs = lm_eval.simple_evaluate(
+        model="mdmkit", model_args=f"ckpt={checkpoints['llada']},kind=llada,sampler=fastdllm_threshold,cache=dual",
+        gen_kwargs=f"max_gen_toks={answer}", tasks=["mdmkit_gsm8k"], limit=docs, batch_size=docs,
+        device="cpu", task_manager=tasks, verbosity="ERROR", log_samples=True)
+    samples = sorted(theirs["samples"]["mdmkit_gsm8k"], key=lambda sample: sample["doc_id"])
+
+    ended = [doc for doc in ours if "<|endoftext|>" in doc["raw"]]
+    assert ended, "no answer reached the end token: the test would not test the stop"
+    for doc in ended:  # stopped at the end token: nothing after it scored, no forward after the stop
+        assert "<|endoftext|>" not in doc["generation"] and doc["nfe_to_stop"] == doc["nfe"], doc
+    assert [sample["filtered_resps"][0] for sample in samples] == [doc["generation"] for doc in ours]
+    assert [sample["accuracy"] for sample in samples] == [float(doc["correct"]) for doc in ours]
+    assert [sample["nfe"] for sample in samples] == [doc["nfe"] for doc in ours]
+    assert [sample["nfe_to_stop"] for sample in samples] == [doc["nfe_to_stop"] for doc in ours]
+    assert row["nfe_mean"] == pytest.approx(theirs["results"]["mdmkit_gsm8k"]["nfe,none"])

@@ -4,10 +4,10 @@ Every model generates with a sampler through a `ForwardCounter`, which charges e
 ran on. A masked model gets its prompts left-padded in a batch, followed by `gen_length` mask tokens that any
 masked sampler fills. A causal LM (`kind=causal`) gets each prompt left-aligned and followed by masks, which a
 causal decoder (`sampler=ntp`: next-token prediction with a KV cache, as for mdmkit's own causal models; or
-SBD) fills left to right, stopping at the end-of-text token or after `gen_length` tokens. A sampler of the
-other kind is refused in one line before any forward. Both stop a row once its settled text contains a stop
-phrase (generate_until during generation, not only truncation afterwards), and both report each row's forward
-passes to full length and to the stop point.
+SBD) fills left to right, stopping after `gen_length` tokens. A sampler of the other kind is refused in one line
+before any forward. Both stop a row once its settled text reaches the end-of-text token or contains a stop phrase
+(generate_until during generation, not only truncation afterwards), score only the text before them, and report
+each row's forward passes to full length and to the stop point.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ class TextModel:
 
 @dataclass
 class Generations:
-    """Per prompt: the raw answer text, the text cut at the stop phrase, NFE to full length and to the stop."""
+    """Per prompt: the raw answer text, the text scored (cut at the end-of-text token and the stop phrase), NFE to
+    full length and to the stop."""
 
     raw: list[str]
     texts: list[str]
@@ -173,12 +174,13 @@ def _row_groups(model: TextModel, sampler: Sampler, encoded: list[list[int]]) ->
     return list(groups.values())
 
 
-def _settled(ids: torch.Tensor, mask_id: int | None) -> list[int]:
-    """The answer ids before the first still-masked position (rows stopped early keep masks after it)."""
+def _settled(ids: torch.Tensor, mask_id: int, end_id: int | None) -> tuple[list[int], list[int]]:
+    """The answer ids before the first still-masked position (rows stopped early keep masks after it), and the
+    part of them before the end-of-text token (what is scored: the model ended its answer there)."""
     values = ids.tolist()
-    if mask_id is not None and mask_id in values:
+    if mask_id in values:
         values = values[: values.index(mask_id)]
-    return values
+    return values, values[: values.index(end_id)] if end_id in values else values
 
 
 @torch.no_grad()
@@ -196,7 +198,8 @@ def generate(
     ranks: Ranks = SINGLE_PROCESS,
 ) -> Generations | None:
     """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter (a
-    causal LM takes a causal decoder such as `NTPDecoder`, and also stops at its end-of-text token).
+    causal LM takes a causal decoder such as `NTPDecoder`). A row stops once its settled text reaches the
+    end-of-text token or a stop phrase; nothing after the end token is scored.
 
     Batch `i` draws from random stream `i` of `seed`; under data parallelism (`ranks`) each process runs its share
     of the batches and rank 0 returns every prompt's answer, the other ranks None."""
@@ -205,13 +208,16 @@ def generate(
     check_sampler(model, sampler)
     mask_id = model.mask_id_for(sampler)
     device = next(model.network.parameters()).device
-    stop: Stop | None = TextStop(tuple(stops), model.decode) if stops else None
+    end_id = model.tokenizer.eos_token_id
+    conditions: list[Stop] = [StopCondition.of([end_id])] if end_id is not None else []
+    if stops:
+        conditions.append(TextStop(tuple(stops), model.decode))
     if model.causal:
-        eos = model.tokenizer.eos_token_id
-        ends = [StopCondition.of([eos])] if eos is not None else []
-        stop = AnyStop((*ends, *([stop] if stop is not None else []), AnswerBudget(gen_length)))
+        conditions.append(AnswerBudget(gen_length))
+    stop = AnyStop(tuple(conditions)) if conditions else None
     make_canvas = _causal_canvas if model.causal else _masked_canvas
-    rows_made: dict[int, tuple[str, int, int, int]] = {}  # row -> raw text, NFE, NFE to the stop, computed tokens
+    # row -> raw text, text before the end token, NFE, NFE to the stop, computed tokens
+    rows_made: dict[int, tuple[str, str, int, int, int]] = {}
     start = time.perf_counter()
     batches = ranks.batches(len(prompts), batch_size)
     for batch in tqdm(batches, desc="generating", disable=not (progress and ranks.main), leave=False):
@@ -224,8 +230,9 @@ def generate(
             sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
             to_stop = counter.nfe_to_stop
             for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
-                text = model.decode(_settled(tokens[first: first + gen_length], mask_id))
-                rows_made[batch.begin + i] = (text, int(counter.nfe[j]), int(to_stop[j]), int(counter.tokens[j]))
+                settled, ended = _settled(tokens[first: first + gen_length], mask_id, end_id)
+                rows_made[batch.begin + i] = (model.decode(settled), model.decode(ended), int(counter.nfe[j]),
+                                              int(to_stop[j]), int(counter.tokens[j]))
     if device.type == "cuda":
         torch.cuda.synchronize()
     gathered = ranks.gather((rows_made, time.perf_counter() - start))
@@ -234,10 +241,10 @@ def generate(
     made = {row: values for part, _ in gathered for row, values in part.items()}
     ordered = [made[row] for row in range(len(prompts))]
     raw = [text for text, *_ in ordered]
-    texts = [truncate_at_stop(text, stops) for text in raw]
+    texts = [truncate_at_stop(text, stops) for _, text, *_ in ordered]
     kept = np.array([len(model.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts], dtype=np.int64)
 
     def column(i: int) -> np.ndarray:
         return np.array([values[i] for values in ordered], dtype=np.int64)
 
-    return Generations(raw, texts, column(1), column(2), kept, max(seconds for _, seconds in gathered), column(3))
+    return Generations(raw, texts, column(2), column(3), kept, max(seconds for _, seconds in gathered), column(4))

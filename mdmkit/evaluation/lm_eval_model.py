@@ -158,10 +158,7 @@ class MdmkitLM(LM):
 
     def _settings(self, gen_kwargs: dict[str, Any]) -> dict[str, Any]:
         until = gen_kwargs.get("until") or []
-        until = [until] if isinstance(until, str) else list(until)
-        eos = self.model.tokenizer.eos_token
-        if eos and eos not in until:
-            until.append(eos)  # as lm-eval's HF model does
+        until = [until] if isinstance(until, str) else list(until)  # `generate` also stops at the end token
         if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature", 0.0) or 0.0) > 0:
             raise ConfigError("request asks for sampling (do_sample/temperature): set it through the sampler's "
                               "temperature in model_args instead")
