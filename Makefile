@@ -10,8 +10,11 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
+	@echo "install: $(TORCH) into $(VENV) (about a minute; then mdmkit's dependencies, a few minutes more)"
 	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH)"
+	@echo "install: mdmkit and its pinned dependencies (constraints.txt)"
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	@echo "install: done; run commands with $(VENV)/bin/python (or source $(VENV)/bin/activate)"
 	touch $@
 
 demo: install

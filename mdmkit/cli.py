@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -92,6 +94,7 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
 _HYDRA_RECORD = {".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
 FAILED_JOBS_ENV = "MDMKIT_FAILED_JOBS_DIR"  # where a multirun's jobs note their failures (set by `FailedJobs`)
 _failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their notes when the multirun ends
+_jobs_run = 0  # how many jobs the sweep ran (their directories)
 
 
 @contextmanager
@@ -99,6 +102,9 @@ def _contained() -> Iterator[None]:
     """A run's failure: one line on stderr (with a traceback for a bug) and status 2. In a multirun every job's
     failure is contained, so the sweep goes on: the job notes it where `FailedJobs` (in the launching process,
     whichever launcher, process or node ran the job) finds it and lists them all at the end, status 2."""
+    notes = os.environ.get(FAILED_JOBS_ENV)
+    if notes and HydraConfig.get().mode == RunMode.MULTIRUN:
+        Path(notes, f"{HydraConfig.get().job.num}.started").touch()  # how many jobs ran, for the summary
     try:
         yield
     except Exception as error:  # noqa: BLE001 -- a multirun contains every job's failure
@@ -144,8 +150,12 @@ class FailedJobs(Callback):
         os.environ[FAILED_JOBS_ENV] = str(notes)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _jobs_run
         notes_dir = Path(os.environ.pop(FAILED_JOBS_ENV))
+        _jobs_run = len(list(notes_dir.glob("*.started")))
         notes = sorted((json.loads(path.read_text()) for path in notes_dir.glob("*.json")), key=lambda n: n["num"])
+        for started in notes_dir.glob("*.started"):
+            started.unlink()
         if not notes:
             notes_dir.rmdir()
         parser = OverridesParser.create()
@@ -166,9 +176,48 @@ def _before_hydra(check: Callable[[list[str]], Any]) -> Any:
         sys.exit(2)
 
 
+def _unknown_keys(config_name: str) -> Callable[[list[str]], None]:
+    """A check for `_before_hydra`: an override of a key its node does not have (`sampler.gama=0.1`) is refused
+    naming the close key and the valid ones, where Hydra would suggest appending it (`+sampler.gama`)."""
+
+    def check(argv: list[str]) -> None:
+        from hydra import compose, initialize_config_module
+        from hydra.errors import ConfigCompositionException
+
+        try:
+            overrides = OverridesParser.create().parse_overrides([a for a in argv if "=" in a and a[0] != "-"])
+        except Exception:  # noqa: BLE001 -- malformed overrides: Hydra says what is wrong with them
+            return
+        plain = [o.input_line for o in overrides
+                 if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
+        with initialize_config_module("mdmkit.conf", version_base="1.3"):
+            try:
+                compose(config_name, overrides=plain)
+                return
+            except ConfigCompositionException as error:
+                match = re.match(r"Could not override '([\w.]+)'", str(error))
+                if match is None:
+                    return  # another problem (a user's config group, ...): Hydra reports it
+                key = match.group(1)
+                try:
+                    composed = compose(config_name, overrides=[o for o in plain if o.split("=")[0] != key])
+                except Exception:  # noqa: BLE001 -- best effort: Hydra's own message follows
+                    return
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(composed, parent) if parent else composed
+        valid = sorted(str(k) for k in node) if isinstance(node, DictConfig) else []
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f"did you mean {parent}.{close[0]}? " if close else ""
+        raise ConfigError(f"{key}: {parent or config_name} has no key '{name}' ({hint}valid: {', '.join(valid)})")
+
+    return check
+
+
 def _exit_if_jobs_failed() -> None:
     if _failed_jobs:
-        print(f"error: {len(_failed_jobs)} job(s) of the sweep failed (the others' rows are saved):\n  "
+        total = max(_jobs_run, len(_failed_jobs))
+        others = " (the rows of the others are saved)" if len(_failed_jobs) < total else ""
+        print(f"error: {len(_failed_jobs)} of the sweep's {total} job(s) failed{others}:\n  "
               + "\n  ".join(_failed_jobs), file=sys.stderr)
         sys.exit(2)
 
@@ -181,6 +230,8 @@ def train() -> None:
     _resume = _before_hydra(plan_resume)
     if _resume is not None:
         sys.argv[1:] = _resume.argv
+    else:
+        _before_hydra(_unknown_keys("train"))
     _train()
     _exit_if_jobs_failed()
 
@@ -235,6 +286,7 @@ def evaluate() -> None:
     """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
     _set_up_process()
     _before_hydra(_check_task_named)
+    _before_hydra(_unknown_keys("evaluate"))
     _evaluate()
     _exit_if_jobs_failed()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -34,6 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", required=True, help="task name, e.g. sudoku")
     parser.add_argument("--checkpoint", help="checkpoint sha (or a >= 7 character prefix), path or file name")
     parser.add_argument("--baseline", help="family to compare against, e.g. topk-confidence")
+    parser.add_argument("--limit", type=int, help="only rows evaluated on this many test examples (`n`)")
+    parser.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
+                        help="only rows whose FIELD (a dotted path: test_set, seed, sampler.cache, ...) reads VALUE; "
+                             "repeatable")
     scale = parser.add_mutually_exclusive_group()
     scale.add_argument("--log-nfe", dest="log_nfe", action="store_true", default=True, help="log NFE axis (default)")
     scale.add_argument("--linear-nfe", dest="log_nfe", action="store_false", help="linear NFE axis")
@@ -77,6 +82,33 @@ def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
     return tagged
 
 
+def field_of(row: dict, path: str) -> object:
+    """The value at a dotted path of a row (`sampler.cache`), or None."""
+    value: object = row
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def filtered(rows: list[dict], limit: int | None, where: list[str]) -> list[dict]:
+    """Rows kept by `--limit` and every `--where FIELD=VALUE` (values compared as text: `seed=0`, `cache=none`)."""
+    conditions = []
+    for condition in where:
+        field, equals, value = condition.partition("=")
+        if not equals or not field:
+            raise ValueError(f"--where {condition}: expected FIELD=VALUE")
+        conditions.append((field, value))
+    return [row for row in rows if (limit is None or row.get("n") == limit)
+            and all(str(field_of(row, field)).lower() == value.lower() for field, value in conditions)]
+
+
+def test_sets(rows: list[dict]) -> str:
+    """The test sets among rows, with how to pick each: `--where test_set=...` and its size."""
+    counts = Counter((str(row.get("test_set")), row.get("n")) for row in rows)
+    return "; ".join(f"--where test_set={name} --limit {n} ({count} rows)" for (name, n), count in sorted(
+        counts.items(), key=lambda item: -item[1]))
+
+
 def speedup_levels(reference: float, keep: float) -> list[float]:
     """Rounded down to 6 decimals: rounding up could put the level 1.0 x reference above every front."""
     return sorted({math.floor(fraction * reference * 1e6) / 1e6 for fraction in (*KEEP_LEVELS, keep)})
@@ -115,6 +147,9 @@ def run(args: argparse.Namespace, command: str) -> str:
         tasks = sorted({str(r.get("task")) for r in rows})
         where = f" and checkpoint {args.checkpoint}" if args.checkpoint else ""
         raise ValueError(f"no rows for task {args.task}{where} (tasks found: {', '.join(tasks)})")
+    selected = filtered(selected, args.limit, args.where)
+    if not selected:
+        raise ValueError(f"no rows of task {args.task} pass --limit / --where")
     if args.tag:
         selected = tag_families(selected, args.tag)
     recorded = pareto.recorded_with(selected, args.metric)  # what the page's .jsonl keeps
@@ -126,7 +161,7 @@ def run(args: argparse.Namespace, command: str) -> str:
     differences = pareto.test_set_differences(selected)  # another n_givens, test_file or limit: no comparison
     if differences:
         raise ValueError(f"rows of task {args.task} were measured on different test sets ({'; '.join(differences)}):"
-                         " give the results of one test set")
+                         f" pick one with {test_sets(selected)}")
     families = pareto.families(selected)
     if args.baseline and args.baseline not in families:
         raise ValueError(f"baseline family {args.baseline} has no rows (families: {', '.join(families)})")
@@ -140,7 +175,9 @@ def run(args: argparse.Namespace, command: str) -> str:
             reference = pareto.reference_accuracy_of(selected)
     checkpoint = ", ".join(found)
     x_name = "cost (NFE + extra passes)" if args.cost else "NFE"
-    title = args.title or f"{args.task}: {args.metric} vs {x_name} ({Path(found[0]).name or checkpoint})"
+    named = Path(str(selected[0].get("checkpoint") or found[0])).name
+    size = f"{selected[0]['n']} test examples" if selected[0].get("n") else "test split"
+    title = args.title or f"{args.task}: {args.metric} vs {x_name} ({named}, {size})"
     page = Page(Path(args.out))
     xlabel = ("cost (mean forward passes, extra passes at their share)" if args.cost
               else "NFE (mean forward passes per example)")
@@ -154,7 +191,8 @@ def run(args: argparse.Namespace, command: str) -> str:
     lines = [f"# {title}", "", f"![{args.metric} vs {x_name}]({png.name})", "",
              (f"Task `{args.task}`, checkpoint `{checkpoint}`; {len(selected)} rows "
               f"({sum(r.get('kind') == pareto.ORACLE for r in selected)} oracle floor). "
-              f"Reference {args.metric} {reference:.4f} ({reference_source})."
+              f"Reference {args.metric} {reference:.4f} ({reference_source}). Error bars: 95% Wilson score "
+              "intervals of accuracy."
               + ("" if args.metric == "accuracy" else f" The tables' accuracy columns hold {args.metric}.")),
              "", "## Summary", "", table, ""]
     if args.baseline:

@@ -19,8 +19,7 @@ from mdmkit.tasks.extraction import humaneval_check, mbpp_check
 DATA = BENCHMARK_DATA
 HUMANEVAL = DATA / "HumanEval.jsonl.gz"
 MBPP = DATA / "mbpp.jsonl"
-pytestmark = [pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning"),
-              pytest.mark.usefixtures("allow_code_execution")]
+pytestmark = pytest.mark.usefixtures("allow_code_execution")
 
 
 def _need(path: Path) -> None:

@@ -269,8 +269,12 @@ def test_prompts_are_cut_to_the_models_positions_and_a_longer_max_length_is_refu
     model = load_text_model(str(checkpoints[kind]), HFModelConfig(kind=kind), "cpu")
     positions = model.network.config.max_positions
     assert model.max_length == positions
-    ids = model.encode_prompt("a b " * positions, False, GEN)
-    assert len(ids) == positions - GEN
+    ids, cut = model.encode_prompt("a b " * positions, False, GEN)
+    assert len(ids) == positions - GEN and cut
+    assert model.encode_prompt("a b", False, GEN)[1] is False
+    with pytest.raises(ConfigError, match=f"{positions} answer tokens leave no room for a prompt in the model's "
+                                          f"{positions} positions: fewer answer tokens .*max_gen_toks=N"):
+        model.encode_prompt("a b", False, positions)
     canvas = torch.full((1, positions), model.network.mask_id)
     canvas[0, : len(ids)] = torch.tensor(ids)
     assert model.network(canvas).shape[1] == positions  # the longest canvas runs
@@ -300,6 +304,7 @@ def test_evaluate_and_lm_eval_give_equal_generations_verdicts_and_nfe(checkpoint
         "hf.kind=llada", f"limit={docs}", f"batch_size={docs}", "device=cpu", f"results_file={results}",
         "wandb.mode=disabled", "sampler=fastdllm_threshold", "sampler.cache=dual"])
     (row,) = run_evaluation(cfg)
+    assert row["prompts_cut"] == docs  # 8 shots do not fit the tiny model's positions: reported, not silent
     (generations_file,) = (tmp_path / "generations").glob("*.jsonl")
     ours = [json.loads(line) for line in generations_file.read_text().splitlines()]
 

@@ -284,6 +284,15 @@ def test_rows_of_different_test_sets_are_not_put_on_one_front(tmp_path):
                            ([write_jsonl(tmp_path / "d.jsonl", easy), harder], "(2 different sets of examples")):
         done = run_script(*map(str, files), "--task", "sudoku", "--out", str(tmp_path / "out"))
         assert done.returncode == 2 and "measured on different test sets " + message in done.stderr, done.stderr
+    assert "pick one with --where test_set=easy --limit 100 (" in done.stderr  # the ways out, biggest first
+    for chosen, choice, kept in (([results, fewer], ["--limit", "100"], len(sample_rows())),
+                                 (files, ["--where", "test_set=hard"], 1)):
+        done = run_script(*map(str, chosen), "--task", "sudoku", "--out", str(tmp_path / "chosen"), *choice)
+        assert done.returncode == 0, done.stderr
+        page = (tmp_path / "chosen.md").read_text()
+        assert f"{kept} rows" in page and "Error bars: 95% Wilson score intervals of accuracy." in page
+    done = run_script(str(results), "--task", "sudoku", "--out", str(tmp_path / "none"), "--where", "seed=7")
+    assert done.returncode == 2 and "no rows of task sudoku pass --limit / --where" in done.stderr
 
 
 def test_cli_compares_tagged_checkpoints_on_another_metric(tmp_path):

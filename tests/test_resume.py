@@ -59,9 +59,9 @@ def test_resume_by_run_directory_goes_on_with_the_saved_config(trained_run: Path
     assert OmegaConf.load(run / ".hydra/history/1/config.yaml").trainer.max_steps == 4
     assert "trainer.max_steps=6" in OmegaConf.load(run / ".hydra/overrides.yaml")
     assert torch.load(run / "checkpoints/last.ckpt", weights_only=False)["global_step"] == 6
-    # the same wandb run, and the progress bar counts steps (it showed `Epoch 0/-2`)
+    # the same wandb run, and progress counts steps (it showed `Epoch 0/-2`): lines, in this log
     assert len(list((run / "wandb").glob("offline-run-*"))) == 2 and wandb_run_id(run) == first_id
-    assert "steps to 6" in out.stdout and "/-2" not in out.stdout
+    assert "step 6/6 | loss " in out.stdout and "/-2" not in out.stdout
     # the run directory itself resumes too: with nothing left to train, one line
     out = run_cli("train.py", f"ckpt_path={run}", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.strip() == (

@@ -34,8 +34,7 @@ from mdmkit.sandbox import (
     run_program,
 )
 
-pytestmark = [pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning"),
-              pytest.mark.usefixtures("allow_code_execution")]
+pytestmark = pytest.mark.usefixtures("allow_code_execution")
 
 
 # --- gate, settings, modes ------------------------------------------------------------------------------------
@@ -61,13 +60,15 @@ def test_limits_are_validated(monkeypatch):
     assert SandboxLimits().isolation == "process"
 
 
-def test_auto_falls_back_with_one_warning_and_refuses_where_it_must(monkeypatch):
+def test_auto_falls_back_with_one_notice_and_refuses_where_it_must(monkeypatch, capsys):
     monkeypatch.setattr(isolation, "bwrap_status", lambda: (False, "bwrap is not installed"))
     monkeypatch.setattr(isolation, "_warned", isolation.threading.Event())
     monkeypatch.setattr(isolation, "gpu_node", lambda: False)
-    with pytest.warns(RuntimeWarning, match="does NOT contain: file-system reads and writes") as caught:
-        backends = [isolation.resolve("auto") for _ in range(3)]
-    assert backends == [isolation.PROCESS] * 3 and len(caught) == 1  # one warning, however many programs
+    backends = [isolation.resolve("auto") for _ in range(3)]
+    notice = capsys.readouterr().err.splitlines()
+    assert backends == [isolation.PROCESS] * 3 and len(notice) == 1  # one line, however many programs
+    assert notice[0].startswith("mdmkit sandbox: bwrap is not installed; generated code runs in the weaker process "
+                                "sandbox, which does NOT contain: file-system reads and writes")
     with pytest.raises(UnsafeExecutionError, match="isolation=bwrap, but bwrap is not installed"):
         isolation.resolve("bwrap")
     monkeypatch.setattr(isolation, "gpu_node", lambda: True)  # shared GPU nodes: no silent fallback

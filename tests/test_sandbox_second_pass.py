@@ -16,8 +16,7 @@ from sandbox_support import FALLBACK_NS, ROOT_USER, contained, limits, run
 
 from mdmkit.sandbox import Check, channel, codec, run_many
 
-pytestmark = [pytest.mark.filterwarnings("ignore:mdmkit sandbox:RuntimeWarning"),
-              pytest.mark.usefixtures("allow_code_execution")]
+pytestmark = pytest.mark.usefixtures("allow_code_execution")
 
 KERNEL_SETTINGS = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/core_uses_pid", "/proc/sys/vm/drop_caches",
                    "/proc/sys/kernel/ns_last_pid", "/proc/sysrq-trigger"]

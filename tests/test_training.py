@@ -234,16 +234,19 @@ def test_anneal_time_spans_the_calls_of_a_resumed_run(tmp_path: Path, training_c
         assert 1e-4 <= lr < 1.1e-4  # the span is spent: the decay's end
 
 
-@pytest.mark.parametrize("bar", [False, True])
+@pytest.mark.parametrize("enabled, terminal", [(False, True), (True, False), (True, True)])
 def test_the_loss_goes_to_the_progress_bar_only_where_one_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                bar: bool) -> None:
+                                                                enabled: bool, terminal: bool) -> None:
     """Lightning turns the progress bar's values into Python numbers after every step: on a GPU, a sync that stops
-    the host queueing the next step. A run without a bar (every device leg) must give it none."""
+    the host queueing the next step. A run without a bar (disabled, or writing progress lines to a log file) must
+    give it none."""
     seen: list[dict] = []
     monkeypatch.setattr(MDMModule, "on_train_end",
                         lambda module: seen.append(dict(module.trainer.progress_bar_metrics)))
-    train(tmp_path, f"trainer.enable_progress_bar={str(bar).lower()}", "evaluate_after_training=false")
-    assert ("train/loss" in seen[0]) is bar
+    for where in ("mdmkit.training.train", "mdmkit.training.callbacks"):
+        monkeypatch.setattr(f"{where}.on_terminal", lambda stream=None: terminal)
+    train(tmp_path, f"trainer.enable_progress_bar={str(enabled).lower()}", "evaluate_after_training=false")
+    assert ("train/loss" in seen[0]) is (enabled and terminal)
 
 
 def test_the_logged_step_rate_times_training_and_leaves_validation_out(tmp_path: Path,
@@ -323,7 +326,7 @@ def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path, launcher: str) -> None:
     assert len(results.read_text().splitlines()) == 1
     # the sweep ran to its end, then says which jobs failed and exits with an error status
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "error: 3 job(s) of the sweep failed (the others' rows are saved):" in out.stderr
+    assert "error: 3 of the sweep's 4 job(s) failed (the rows of the others are saved):" in out.stderr
     assert "(sampler.k=45 limit=4)" not in out.stderr and "(sampler.k=45 limit=abc): limit=abc must" in out.stderr
     notes = sorted(p.name for p in tmp_path.glob("multirun/evaluate/*/failed_jobs/*.json"))
     assert notes == ["0.json", "1.json", "3.json"]
@@ -332,7 +335,7 @@ def test_a_bad_job_does_not_stop_a_sweep(tmp_path: Path, launcher: str) -> None:
 def test_failed_jobs_are_listed_when_each_job_has_a_sweep_directory_of_its_own(tmp_path: Path) -> None:
     """`train.yaml`'s sweep directory holds run_name, so the jobs of `run_name=a,b` write under different ones."""
     out = run_cli("train.py", "-m", "run_name=a,b", "model.n_layers=0", cwd=tmp_path)
-    assert out.returncode == 2 and "error: 2 job(s) of the sweep failed" in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 2 and "error: 2 of the sweep's 2 job(s) failed:\n" in out.stderr, out.stderr[-2000:]
     assert "job 0 (run_name=a): model: n_layers=0 must be >= 1" in out.stderr
     assert "job 1 (run_name=b): model: n_layers=0 must be >= 1" in out.stderr
 

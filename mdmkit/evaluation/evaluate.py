@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from mdmkit.analysis.pareto import derive_family, row_label
 from mdmkit.analysis.pareto_plot import plot_fronts, plot_title
 from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.config import build, require, require_bool, require_int, to_container
 from mdmkit.core.devices import resolve_device
+from mdmkit.core.progress import progress_bar
 from mdmkit.evaluation.distributed import Ranks, init_ranks
 from mdmkit.evaluation.generation import check_decoder, check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
@@ -190,6 +190,19 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
+def _check_checkpoint_kind(ckpt: str, task: Any) -> None:
+    """A model of the other kind than the task takes, named with the fix: text tasks load a Hugging Face model
+    directory, puzzle tasks an mdmkit checkpoint file."""
+    path = Path(ckpt).expanduser()
+    if isinstance(task, TextTask):
+        require(not path.is_file(), f"ckpt={ckpt} is a file: task={task.name} loads a Hugging Face model directory "
+                                    "or hub name (an mdmkit checkpoint evaluates on its own task: leave out task=)")
+    else:
+        require(not (path / "config.json").is_file(),
+                f"ckpt={ckpt} is a Hugging Face model directory: name a text task and the model's kind, e.g. "
+                "task=gsm8k hf.kind=llada")
+
+
 def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
                    task_fields: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Evaluate every sampler of the run (one, or a sweep's grid); returns the rows, new and resumed.
@@ -210,6 +223,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
         build_sampler(job.sampler)  # every sampler is valid before the model is even loaded
     resolve_device(cfg.device)  # device=cuda without CUDA: one line now, not a traceback from the first .to()
     task = build(cfg.task, "task") if cfg.get("task") is not None else None
+    _check_checkpoint_kind(str(cfg.ckpt), task)
     ranks = init_ranks(cfg.device)  # torchrun / SLURM tasks: this process's share of every split
     if isinstance(task, TextTask):
         task_name, rows, measure = _text_setup(cfg, task, ranks)
@@ -222,7 +236,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
     made = 0  # rows written by this run
     restore_sigterm = _sigterm_as_interrupt()
     try:
-        for job in tqdm(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1 or not ranks.main):
+        for job in progress_bar(jobs, desc="sweep", unit="sampler", disable=len(jobs) == 1 or not ranks.main):
             keys = [rows.key("evaluate", job.sampler)]
             if job.oracle:
                 keys.append(rows.key("oracle", {"name": "oracle", "reference": job.sampler}))

@@ -12,15 +12,16 @@ each row's forward passes to full length and to the stop point.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from mdmkit.core.errors import CapabilityError, ConfigError
+from mdmkit.core.progress import ForwardTicks, progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
@@ -68,7 +69,8 @@ class TextModel:
         # special tokens stay: stop phrases such as "<|endoftext|>" are special tokens
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def encode_prompt(self, prompt: str, chat: bool, gen_length: int) -> list[int]:
+    def encode_prompt(self, prompt: str, chat: bool, gen_length: int) -> tuple[list[int], bool]:
+        """The prompt's ids, and whether its start was cut to leave room for `gen_length` answer tokens."""
         if chat:
             prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                         add_generation_prompt=True)
@@ -76,13 +78,14 @@ class TextModel:
         closing = {self.tokenizer.sep_token_id, self.tokenizer.eos_token_id} - {None}
         if ids and ids[-1] in closing:  # BERT-style tokenizers close the text; generation continues it
             ids = ids[:-1]
-        if self.max_length is not None:
-            room = self.max_length - gen_length
-            if room < 1:
-                raise ValueError(f"max_length={self.max_length} leaves no room for a prompt beside "
-                                 f"{gen_length} generated tokens")
-            ids = ids[-room:]  # cut from the left, as the EB paper does for over-long prompts
-        return ids
+        if self.max_length is None:
+            return ids, False
+        room = self.max_length - gen_length
+        if room < 1:
+            raise ConfigError(f"{gen_length} answer tokens leave no room for a prompt in the model's {self.max_length} "
+                              "positions: fewer answer tokens (evaluate.py: task.max_gen_len=N; mdmkit-lm-eval: "
+                              "--gen_kwargs max_gen_toks=N) or a longer max_length")
+        return ids[-room:], len(ids) > room  # cut from the left, as the EB paper does for over-long prompts
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Generations:
     answer_tokens: np.ndarray  # tokens of the kept (stop-truncated) answer
     wall_time_s: float
     computed_tokens: np.ndarray  # tokens the network ran per prompt, over all its forwards
+    prompts_cut: int = 0  # prompts whose start was cut to fit the model's positions
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -220,25 +224,36 @@ def generate(
     rows_made: dict[int, tuple[str, str, int, int, int]] = {}
     start = time.perf_counter()
     batches = ranks.batches(len(prompts), batch_size)
-    for batch in tqdm(batches, desc="generating", disable=not (progress and ranks.main), leave=False):
-        encoded = [model.encode_prompt(p, chat, gen_length) for p in prompts[batch.begin: batch.end]]
+    bar = progress_bar(total=len(batches), desc="generating", unit="batch", disable=not (progress and ranks.main),
+                       leave=False)
+    ticks = ForwardTicks(bar)
+    prompts_cut = 0
+    for batch in batches:
+        encoded, cut = zip(*(model.encode_prompt(p, chat, gen_length) for p in prompts[batch.begin: batch.end]))
+        prompts_cut += sum(cut)
         generator = seeded_generator(stream_seed(seed, batch.index), device)
         for group in _row_groups(model, sampler, encoded):
             canvas, attention, starts = make_canvas([encoded[i] for i in group], gen_length, mask_id,
                                                     model.pad_id, device)
-            counter = ForwardCounter(model.network, len(group))
+            counter = ForwardCounter(model.network, len(group), on_forward=ticks)
             sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
             to_stop = counter.nfe_to_stop
             for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
                 settled, ended = _settled(tokens[first: first + gen_length], mask_id, end_id)
                 rows_made[batch.begin + i] = (model.decode(settled), model.decode(ended), int(counter.nfe[j]),
                                               int(to_stop[j]), int(counter.tokens[j]))
+        bar.update(1)
+    bar.close()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    gathered = ranks.gather((rows_made, time.perf_counter() - start))
+    gathered = ranks.gather((rows_made, time.perf_counter() - start, prompts_cut))
     if gathered is None:
         return None
-    made = {row: values for part, _ in gathered for row, values in part.items()}
+    made = {row: values for part, *_ in gathered for row, values in part.items()}
+    cut_total = sum(cut for *_, cut in gathered)
+    if cut_total:
+        print(f"{cut_total} of {len(prompts)} prompts were longer than the {model.max_length} positions leave beside "
+              f"{gen_length} answer tokens: their starts were cut (shots first)", file=sys.stderr, flush=True)
     ordered = [made[row] for row in range(len(prompts))]
     raw = [text for text, *_ in ordered]
     texts = [truncate_at_stop(text, stops) for _, text, *_ in ordered]
@@ -247,4 +262,5 @@ def generate(
     def column(i: int) -> np.ndarray:
         return np.array([values[i] for values in ordered], dtype=np.int64)
 
-    return Generations(raw, texts, column(2), column(3), kept, max(seconds for _, seconds in gathered), column(4))
+    return Generations(raw, texts, column(2), column(3), kept, max(seconds for _, seconds, _ in gathered), column(4),
+                       cut_total)

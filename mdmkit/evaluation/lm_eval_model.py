@@ -35,11 +35,11 @@ import torch.distributed as dist
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from mdmkit.core.config import build, option, require
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
+from mdmkit.core.progress import progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
@@ -219,7 +219,7 @@ class MdmkitLM(LM):
         """(log p estimate, is_greedy); masked models: Monte-Carlo ELBO, greedy flag always False."""
         tokenizer, network = self.model.tokenizer, self.model.network
         results = []
-        for request in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="loglikelihood"):
+        for request in progress_bar(requests, disable=disable_tqdm or self.rank != 0, desc="loglikelihood"):
             context, continuation = request.args
             # a stream of its own per request: the estimate does not depend on which rank, or after what, it runs
             generator = seeded_generator(stream_seed(self.seed, zlib.crc32(f"{context}\0{continuation}".encode())))

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
+from mdmkit.core.progress import ForwardTicks, progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.io.results import wilson_interval
@@ -121,10 +121,13 @@ def sample_split(
     oracle_time = 0.0
     start = time.perf_counter()
     batches = ranks.batches(len(split), batch_size)
-    for batch in tqdm(batches, desc="sampling", disable=not (progress and ranks.main), leave=False):
+    bar = progress_bar(total=len(batches), desc="sampling", unit="batch", disable=not (progress and ranks.main),
+                       leave=False)
+    ticks = ForwardTicks(bar)
+    for batch in batches:
         target = split.tokens[batch.begin : batch.end].to(device)
         answer_mask = split.answer_mask[batch.begin : batch.end].to(device)
-        counter = ForwardCounter(network, target.shape[0])
+        counter = ForwardCounter(network, target.shape[0], on_forward=ticks)
         prompt = target.masked_fill(answer_mask, task.mask_id)
         generator = seeded_generator(stream_seed(seed, batch.index), device)
         sampled = sampler.sample(counter, prompt, task.mask_id, generator, stop=task.stop_condition())
@@ -136,6 +139,8 @@ def sample_split(
         done.append(_BatchResult(
             batch.index, task.score(sampled.tokens, target, answer_mask).cpu(), counter.nfe, counter.nfe_to_stop,
             answer_mask.sum(1).cpu(), counter.tokens, counter.extra, sampled.tokens.cpu(), floor))
+        bar.update(1)
+    bar.close()
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - start - oracle_time

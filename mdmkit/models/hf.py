@@ -13,6 +13,7 @@ mdmkit's own network instead (`llada_dream`, `llm_checkpoints`): their hub code 
 from __future__ import annotations
 
 import inspect
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -268,6 +269,20 @@ def load_native(
     return network, tokenizer
 
 
+class _ForeignModelType(logging.Filter):
+    """transformers' "You are using a model of type llada to instantiate a model of type ..." on every tokenizer
+    load of a model it has no class for: mdmkit builds the network itself, so the line is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "to instantiate a model of type" not in record.getMessage()
+
+
+def _quiet_foreign_model_type() -> None:
+    logger = logging.getLogger("transformers.configuration_utils")
+    if not any(isinstance(f, _ForeignModelType) for f in logger.filters):
+        logger.addFilter(_ForeignModelType())
+
+
 def native_tokenizer(directory: Path, kind: Literal["llada", "dream"], *, trust_remote_code: bool = False,
                      local_files_only: bool = True) -> Any:
     """The tokenizer of a LLaDA / Dream checkpoint directory, through AutoTokenizer.
@@ -281,6 +296,7 @@ def native_tokenizer(directory: Path, kind: Literal["llada", "dream"], *, trust_
     if not (directory / "tokenizer.json").is_file() and not all((directory / f).is_file() for f in _BPE_FILES):
         raise CheckpointError(f"no tokenizer.json, nor {' and '.join(_BPE_FILES)} in {directory}")
     extra = {"tokenizer_type": "qwen2"} if kind == "dream" and not trust_remote_code else {}
+    _quiet_foreign_model_type()
     try:
         return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code,
                                              local_files_only=local_files_only, **extra)

@@ -9,6 +9,7 @@ reported both inside the total cost and on their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,8 +37,9 @@ class ForwardCounter:
     (`mdmkit.models.denoiser`), each charged.
     """
 
-    def __init__(self, network: Denoiser, batch_size: int) -> None:
+    def __init__(self, network: Denoiser, batch_size: int, on_forward: Callable[[], None] | None = None) -> None:
         self._network = network
+        self._on_forward = on_forward  # a progress display's tick
         self.nfe = torch.zeros(batch_size, dtype=torch.long)
         self.tokens = torch.zeros(batch_size, dtype=torch.long)  # tokens computed (as queries) per row
         self.extra: dict[str, torch.Tensor] = {}  # kind -> per-row fractional cost
@@ -52,6 +54,8 @@ class ForwardCounter:
             raise ValueError(f"{tokens.shape[0]} sequences passed for {rows.numel()} rows")
         self.nfe[rows.cpu()] += 1
         self.tokens[rows.cpu()] += tokens.shape[1]
+        if self._on_forward is not None:
+            self._on_forward()
 
     def _network_with(self, capability: str) -> Any:
         if capability not in self.capabilities:

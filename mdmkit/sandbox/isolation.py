@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +159,8 @@ def resolve(isolation: str) -> Backend:
 def _warn_once(why: str) -> None:
     if not _warned.is_set():
         _warned.set()
-        warnings.warn(f"mdmkit sandbox: {why}; generated code runs in the weaker process sandbox, which does NOT "
-                      f"contain: {not_contained()} (docs/sandbox.md)", RuntimeWarning, stacklevel=4)
+        print(f"mdmkit sandbox: {why}; generated code runs in the weaker process sandbox, which does NOT contain: "
+              f"{not_contained()} (docs/sandbox.md)", file=sys.stderr, flush=True)
 
 
 def describe(isolation: str | None = None) -> str:

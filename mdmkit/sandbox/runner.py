@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from tqdm.auto import tqdm
-
 from mdmkit.core.config import require
+from mdmkit.core.progress import progress_bar
 from mdmkit.sandbox.isolation import Backend, resolve
 from mdmkit.sandbox.limits import ExecutionResult, SandboxLimits, check_allowed
 from mdmkit.sandbox.verdict import Check, run_check
@@ -47,7 +46,7 @@ def run_many(
     results: list[ExecutionResult | None] = [None] * len(programs)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_check, _as_check(p), limits, backend): i for i, p in enumerate(programs)}
-        with tqdm(total=len(programs), disable=not progress, desc="sandbox", unit="prog") as bar:
+        with progress_bar(total=len(programs), disable=not progress, desc="sandbox", unit="prog") as bar:
             for future in as_completed(futures):
                 i = futures[future]
                 try:

@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from tqdm import tqdm
+from mdmkit.core.progress import progress_bar
 
 Chunk = TypeVar("Chunk")
 
@@ -31,7 +31,7 @@ def in_chunks(make: Callable[[int, int], Chunk], count: int, workers: int, max_c
     size = min(max_chunk, max(1, count // (workers * 8)))
     jobs = [(make, start, min(start + size, count)) for start in range(0, count, size)]
     with contextlib.ExitStack() as stack:
-        bar = stack.enter_context(tqdm(total=count, desc=desc, unit=unit, disable=not progress))
+        bar = stack.enter_context(progress_bar(total=count, desc=desc, unit=unit, disable=not progress))
         if workers > 1 and len(jobs) > 1:
             results = stack.enter_context(mp.get_context().Pool(min(workers, len(jobs)))).imap(_call, jobs)
         else:

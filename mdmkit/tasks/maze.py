@@ -18,10 +18,10 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from mdmkit.core.config import require
 from mdmkit.core.errors import DataFormatError
+from mdmkit.core.progress import progress_bar
 from mdmkit.tasks.base import Examples, PuzzleTask
 from mdmkit.tasks.maze_generator import Maze, canonical_key, generate_mazes, maze_path
 from mdmkit.tasks.maze_symmetry import random_maze_symmetries
@@ -92,7 +92,7 @@ class MazeTask(PuzzleTask):
         """JSON lines: {"edges": [[a, b], ...], "start": s, "goal": g}, cells numbered row * n + col."""
         mazes = []
         lines = path.read_text().splitlines()
-        for number, line in enumerate(tqdm(lines, desc="reading mazes", disable=len(lines) < 10_000), start=1):
+        for number, line in enumerate(progress_bar(lines, desc="reading mazes", disable=len(lines) < 10_000), start=1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"

@@ -1,16 +1,19 @@
 """Lightning callbacks of a training run: checkpoints that keep the step reached, logged steps that survive a
-resume, a progress bar that counts steps, a time limit per call, and a learning-rate decay that ends by that limit
-or by a time span over the calls of a resumed run."""
+resume, progress that counts steps (a bar, or lines in a log file), a time limit per call, and a learning-rate
+decay that ends by that limit or by a time span over the calls of a resumed run."""
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
+from mdmkit.core.progress import LOG_EVERY_S, on_terminal
 from mdmkit.training.optim import WarmupCosine
 
 
@@ -81,8 +84,53 @@ class StepProgressBar(RichProgressBar):
         return f"{description:{len(self.validation_description)}}"
 
 
-def progress_bar() -> Callback:
-    """The progress bar a run shows (Lightning's own choice, with the step description where it is Rich's)."""
+class ProgressLines(Callback):
+    """Progress for a log file (nohup, SLURM), where a bar shows only its last frame: a line with the step, the
+    loss, the rate and the time left every `every_s` seconds of training, and one at the end. `clock`: seconds."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s, self.clock = every_s, clock
+        self.start: tuple[int, float] = (0, 0.0)  # (step, clock) training (re)started at
+        self.printed = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.start = (trainer.global_step, self.clock())
+        self.printed = self.start[1]
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if self.clock() - self.printed >= self.every_s:
+            self._line(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._line(trainer)
+
+    def _line(self, trainer: L.Trainer) -> None:
+        self.printed = now = self.clock()
+        if not trainer.is_global_zero:
+            return
+        step, total = trainer.global_step, trainer.max_steps
+        rate = (step - self.start[0]) / max(now - self.start[1], 1e-9)
+        parts = [f"step {step}/{total}" if total and total > 0 else f"step {step}"]
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            parts.append(f"loss {float(loss):.4f}")
+        parts.append(f"{rate:.2f} steps/s")
+        if total and total > step and rate > 0:
+            parts.append(f"{_clock_time((total - step) / rate)} left")
+        print(" | ".join(parts), flush=True)
+
+
+def _clock_time(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def progress_callback() -> Callback:
+    """How a run shows its progress: a bar on a terminal (Lightning's own choice, with the step description where
+    it is Rich's), plain lines in a log file."""
+    if not on_terminal(sys.stdout):
+        return ProgressLines()
     return StepProgressBar() if _RICH_AVAILABLE else TQDMProgressBar()
 
 

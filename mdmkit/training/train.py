@@ -18,6 +18,7 @@ from mdmkit.analysis.pareto import derive_family, row_label
 from mdmkit.core.config import build, duration_seconds, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
+from mdmkit.core.progress import on_terminal
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.evaluation.generation import check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
@@ -30,13 +31,14 @@ from mdmkit.io.checkpoint import (
     shape_mismatch,
 )
 from mdmkit.io.results import append_record
+from mdmkit.tasks.base import PuzzleTask
 from mdmkit.training.callbacks import (
     AnnealByTime,
     CallTimer,
     LogAtGlobalStep,
     RunCheckpoints,
     StepRate,
-    progress_bar,
+    progress_callback,
 )
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
@@ -131,15 +133,16 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
     checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=cfg.checkpoint_every is not None,
                                  every=cfg.checkpoint_every or (interval if isinstance(interval, int) else None))
     callbacks: list[Callback] = [LogAtGlobalStep(), checkpoints]
-    if cfg.trainer.get("enable_progress_bar", True):
-        callbacks.append(progress_bar())
+    shown = cfg.trainer.get("enable_progress_bar", True)
+    if shown:
+        callbacks.append(progress_callback())
     try:
         loggers = _loggers(cfg, output_dir)
         if loggers:  # logger=none: Lightning refuses a learning-rate monitor with nothing to write to
             callbacks += [LearningRateMonitor(logging_interval="step"), StepRate()]
         callbacks += _time_limit(cfg)
-        trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks,
-                        default_root_dir=str(output_dir), max_time=None)
+        trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
+                        max_time=None, enable_progress_bar=shown and on_terminal(sys.stdout))  # else lines
         print(f"{banner} | output: {output_dir}")
         started = time.perf_counter()
         try:
@@ -154,6 +157,26 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
         raise ConfigError(f"trainer: {error}") from None
     finally:
         _finish_wandb()
+
+
+def costs(task: PuzzleTask, run: RunConfig, data: DataConfig, steps: int | None, sampler: str) -> list[str]:
+    """What a run will do beside training, said before it starts: the data it makes (and how much of it the run
+    reads) and the evaluation after it, each with the setting that makes it smaller."""
+    lines = []
+    if not task.cache_path().exists():
+        line = (f"data: making {task.n_train + task.n_val + task.n_test:,} {task.name} examples (train "
+                f"{task.n_train:,}, val {task.n_val:,}, test {task.n_test:,}) once, cached in {task.cache_path()}")
+        reads = None if steps is None else steps * data.batch_size
+        if reads is not None and reads < task.n_train:
+            line += (f"; {steps} steps x {data.batch_size} read {reads:,} training examples per process "
+                     f"(task.n_train={reads} makes no more)")
+        lines.append(line)
+    if run.evaluate_after_training and steps is not None:
+        size = "the examples of task.test_file" if task.test_file else \
+            f"{min(run.eval_limit or task.n_test, task.n_test):,} test examples"
+        lines.append(f"after training: {sampler} on {size} (eval_limit=N for fewer, evaluate_after_training=false "
+                     "for none)")
+    return lines
 
 
 def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -171,6 +194,10 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
+    evaluation = {"kind": "train", "sampler": to_container(cfg.sampler), "preset": chosen_preset()}
+    evaluation["family"] = derive_family(evaluation)
+    steps = None if cfg.trainer.get("fast_dev_run") else cfg.trainer.max_steps
+    banner = "\n".join([banner, *costs(module.task, run, data, steps, row_label(evaluation))])
     trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
@@ -184,9 +211,7 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
             sampler = build_sampler(to_container(cfg.sampler), network)
             result = evaluate_test_split(network, module.task, sampler, run.eval_limit, data.eval_batch_size, run.seed)
         summary.update(result.summary())
-        row = {"kind": "train", "checkpoint": str(output_dir / "model.pt"), "weights": "ema",
-               "task": module.task.name, "sampler": to_container(cfg.sampler), "preset": chosen_preset()}
-        row["family"] = derive_family(row)
+        row = {**evaluation, "checkpoint": str(output_dir / "model.pt"), "weights": "ema", "task": module.task.name}
         append_record(run.results_file, {**row, **summary, "config": config})
         print(f"[{module.task.name}] trained {trainer.global_step} steps in {train_time / 60:.1f} min | "
               f"{row_label(row)}: {format_summary(result.summary())}")

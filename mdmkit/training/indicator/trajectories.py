@@ -22,11 +22,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from mdmkit.core.config import Validated, require
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import DataFormatError
+from mdmkit.core.progress import progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import file_fingerprint, row_key
@@ -145,7 +145,7 @@ def build_trajectories(config: TrajectoryConfig, task: PuzzleTask) -> Path:
     (directory / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
     network = TrainedModel(config.checkpoint).network(task).to(resolve_device(config.device))
     done = total - sum(min(config.shard_size, total - i * config.shard_size) for i in missing)
-    bar = tqdm(total=total, initial=done, desc=f"trajectories ({config.split})", unit="ex",
+    bar = progress_bar(total=total, initial=done, desc=f"trajectories ({config.split})", unit="ex",
                disable=not config.progress)
     for shard in missing:
         columns = _record(config, network, task, split, shard, total)
