@@ -6,10 +6,10 @@
 Reads the run's CSV log and the `kind: train` record that the run appended to the results file (or to
 `results.jsonl` in the run's directory, where tools/device/device_train.sh puts it). A training chained over device
 calls keeps its later legs in `<run>/leg1`, `leg2`, ... (docs/results/runs/): the page joins them into one curve,
-each leg's steps counted on from the leg before, and lists the legs. The test numbers come from the latest
-`kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt` (`python evaluate.py
-ckpt=checkpoints/<name>.pt`) when there is one, so the page states what anyone re-running that command on this
-machine gets, wherever the model was trained.
+each leg's steps counted on from the leg before, and lists the legs. The training time is every call's
+(`calls.jsonl` in each leg, calls stopped by a time limit or Ctrl-C included). The test numbers come from the
+latest `kind: evaluate` record of the committed checkpoint `checkpoints/<name>.pt` when there is one, else from the
+run's own evaluation after training. The page goes to the run directory unless `--out` names another.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt
 from mdmkit.analysis.pages import Page, command_line, markdown_table
 from mdmkit.analysis.pareto import row_label
 from mdmkit.io.results import read_records
+from mdmkit.training.train import CALLS_FILE
 
 
 def read_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -65,7 +66,9 @@ def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
     matching = [r for r in records if r.get("kind") == "train" and Path(r["checkpoint"]).parts[-len(tail):] == tail]
     if not matching:
         return None
-    return {**matching[-1], "train_time_s": sum(r["train_time_s"] for r in matching), "calls": len(matching),
+    calls = read_records(leg / CALLS_FILE)  # every call's time, those stopped before their record included
+    seconds = sum(c["seconds"] for c in calls) if calls else sum(r["train_time_s"] for r in matching)
+    return {**matching[-1], "train_time_s": seconds, "calls": len(calls) or len(matching),
             "started": started_from(matching[0]["config"])}
 
 
@@ -141,10 +144,10 @@ def leg_table(legs: list[tuple[Path, dict]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--name", required=True, help="page name under docs/results/")
+    parser.add_argument("--name", required=True, help="page name (<out>/<name>.md, .png, .json)")
     parser.add_argument("--command", required=True, help="the command that produced the run")
     parser.add_argument("--results-file", type=Path, default=Path("results/evaluations.jsonl"))
-    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--out", type=Path, help="page directory (default: the run directory)")
     parser.add_argument("--notes", type=Path, help="markdown file appended to the page (analysis, the legs' story)")
     args = parser.parse_args()
     if not args.run_dir.is_dir():
@@ -166,8 +169,9 @@ def main() -> None:
     committed = f"checkpoints/{args.name}.pt"
     evaluations = [r for r in records if r.get("kind") == "evaluate" and r["checkpoint"].endswith(committed)]
     tested = evaluations[-1] if evaluations else record
+    model_file = committed if Path(committed).is_file() else str(leg_dirs[-1] / "model.pt")
     series, leg_starts = joined_metrics([(m, r) for m, (_, r) in zip(metrics, legs)])
-    page = Page(args.out / args.name)
+    page = Page((args.out or args.run_dir) / args.name)
     steps = sum(r["global_step"] for _, r in legs)
     train_time = sum(r["train_time_s"] for _, r in legs)
     machines = " + ".join(dict.fromkeys(r["machine"] for _, r in legs))
@@ -222,8 +226,8 @@ def main() -> None:
         "", markdown_table(["", ""], facts), "",
         *leg_table(legs),
         f"![training curve]({page.name('.png')})", "",
-        f"Numbers: [`{numbers}`]({numbers}). Evaluate the committed checkpoint again with",
-        f"`python evaluate.py ckpt=checkpoints/{args.name}.pt`.", "",
+        f"Numbers: [`{numbers}`]({numbers}). Evaluate the model again with",
+        f"`python evaluate.py ckpt={model_file}`.", "",
         *([args.notes.read_text().strip(), ""] if args.notes else []),
         "## Page", "", "```", command_line(__file__, sys.argv[1:]), "```",
     ]

@@ -54,12 +54,31 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
     assert data["legs"][0]["started"] == "fresh" and data["legs"][1]["started"].startswith("warm restart from")
     assert [leg["calls"] for leg in data["legs"]] == [1, 2]
     recorded = [json.loads(line)["train_time_s"] for line in (run / "leg1" / "results.jsonl").read_text().splitlines()]
-    assert len(recorded) == 2 and data["legs"][1]["train_time_s"] == pytest.approx(sum(recorded))
+    called = [json.loads(line)["seconds"] for line in (run / "leg1" / "calls.jsonl").read_text().splitlines()]
+    assert called == recorded  # one measure: what the train record says, kept for calls that never write one
+    assert data["legs"][1]["train_time_s"] == pytest.approx(sum(called))
     first, second = ([step for step, _ in report.read_metrics(leg)["val/accuracy"]] for leg in (run, run / "leg1"))
     assert len(second) == 3 and [step for step, _ in data["val_accuracy"]] == first + [2 + s for s in second]
     page = (tmp_path / "chained.md").read_text()
     assert "8 steps" in page and "in 2 legs" in page and "then resumed (2 calls)" in page
     assert all(leg["steps_per_s"] > 0 for leg in data["legs"]) and "| steps/s |" in page  # train/steps_per_s
+
+
+def test_training_report_counts_calls_stopped_before_their_record_and_writes_beside_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "eval_limit=4",
+                                          f"results_file={run}/results.jsonl"]), run)
+    with (run / "calls.jsonl").open("a") as calls:  # a call a time limit stopped: last.ckpt, but no train record
+        calls.write(json.dumps({"seconds": 600.0, "global_step": 1}) + "\n")
+    report = load_script("training_report")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["training_report.py", "run", "--name", "page", "--command", "train.py",
+                                      "--results-file", "run/results.jsonl"])
+    report.main()
+    data = json.loads((run / "page.json").read_text())  # beside the run, not in the checkout's docs/results
+    assert data["train_time_s"] > 600 and data["legs"][0]["calls"] == 2
+    assert "`python evaluate.py ckpt=run/model.pt`" in (run / "page.md").read_text()  # a file that exists
 
 
 def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:

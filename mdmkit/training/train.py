@@ -63,6 +63,9 @@ def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
     return loggers
 
 
+CALLS_FILE = "calls.jsonl"  # in a run directory: one line per call of `fit` (seconds, the step it reached)
+
+
 def _finish_wandb() -> None:
     """Close a wandb run even when training failed, so one broken job never breaks a multirun; say where it is
     (in one line: wandb's own banner is off, see cli.py)."""
@@ -143,7 +146,8 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
         callbacks += _time_limit(cfg)
         trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
                         max_time=None, enable_progress_bar=shown and on_terminal(sys.stdout))  # else lines
-        print(f"{banner} | output: {output_dir}")
+        head, *rest = banner.split("\n")
+        print("\n".join([f"{head} | output: {output_dir}", *rest]))
         started = time.perf_counter()
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
@@ -152,7 +156,11 @@ def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataM
                 print(f"interrupted at step {trainer.global_step}; last.ckpt holds step {checkpoints.saved_step}; "
                       f"resume with: python train.py ckpt_path={output_dir}", file=sys.stderr)
             raise
-        return trainer, time.perf_counter() - started
+        finally:
+            seconds = time.perf_counter() - started
+            if trainer.is_global_zero:  # every call's time, finished or not (scripts/training_report.py adds them)
+                append_record(output_dir / CALLS_FILE, {"seconds": seconds, "global_step": trainer.global_step})
+        return trainer, seconds
     except MisconfigurationException as error:
         raise ConfigError(f"trainer: {error}") from None
     finally:
