@@ -176,10 +176,10 @@ def test_batched_generation_equals_one_prompt_at_a_time(masked_dir):
 
 def test_prompts_longer_than_max_length_lose_their_start(masked_dir):
     model = load_text_model(str(masked_dir), HFModelConfig(max_length=12), "cpu")
-    ids = model.encode_prompt("one two three four five six seven eight nine ten eleven", False, 4)
-    assert len(ids) == 8
+    ids, cut = model.encode_prompt("one two three four five six seven eight nine ten eleven", False, 4)
+    assert len(ids) == 8 and cut
     assert model.decode(ids).endswith("eleven")
-    with pytest.raises(ValueError, match="no room"):
+    with pytest.raises(ConfigError, match="no room"):
         model.encode_prompt("x", False, 12)
 
 
@@ -187,7 +187,7 @@ def test_without_max_length_prompts_are_cut_to_the_models_positions(masked_dir):
     model = load_text_model(str(masked_dir), HFModelConfig(), "cpu")
     positions = model.network.model.config.max_position_embeddings
     assert model.max_length == positions
-    assert len(model.encode_prompt("one two " * positions, False, 4)) == positions - 4
+    assert len(model.encode_prompt("one two " * positions, False, 4)[0]) == positions - 4
 
 
 def test_causal_baseline_decodes_greedily_with_one_forward_per_token(causal_dir):
@@ -203,7 +203,7 @@ CAUSAL_PROMPTS = ["def add(a, b):\n", "Question: a much longer prompt with many 
 @torch.no_grad()
 def greedy_reference(model, prompt: str, gen_length: int, stops: list[str]) -> list[int]:
     """A plain greedy loop without a cache: the whole sequence every step, until EOS or a stop phrase."""
-    ids, made = model.encode_prompt(prompt, False, gen_length), []
+    ids, made = model.encode_prompt(prompt, False, gen_length)[0], []
     for _ in range(gen_length):
         made.append(int(model.network(torch.tensor([ids + made]))[0, -1].argmax()))
         if made[-1] == model.tokenizer.eos_token_id or find_stop(model.decode(made), stops) is not None:
