@@ -198,8 +198,7 @@ def test_a_query_forward_on_the_cached_state_gives_the_plain_logits(cache: str, 
     queried = blocks.logits(rows, state, in_block, torch.zeros(3, dtype=torch.bool))
     start, end = block_spans(in_block)
     assert start.tolist() == [5, 9, 6] and end.tolist() == [9, 13, 8]
-    start = start - 1  # queries start one position left of the block
-    end = torch.full_like(end, L) if cache == "prefix" else end
+    end = torch.full_like(end, L) if cache == "prefix" else end  # queries: the block (prefix: and what follows)
     columns = torch.arange(L)
     ran = (columns >= start[:, None]) & (columns < end[:, None])
     assert torch.allclose(queried[ran], plain[ran], atol=1e-5)
@@ -299,8 +298,8 @@ def test_computed_tokens_are_what_each_forward_ran(cache: str, refresh: int | No
         for step in range(size):  # k=1: one step per position
             if step == 0 or (refresh is not None and step % refresh == 0):
                 expected += L  # a full forward
-            else:  # prefix: the block and everything right of it; dual: the block; both: one position left of it
-                expected += 1 + (L - start if cache == "prefix" else size)
+            else:  # prefix: the block and everything right of it; dual: the block
+                expected += L - start if cache == "prefix" else size
     assert counter.tokens.tolist() == [expected]
     assert counter.nfe.tolist() == [ANSWER]
 

@@ -133,7 +133,7 @@ def test_the_key_of_a_row_is_unchanged_by_the_preset():
 
 def test_sweep_jobs_keep_the_option_they_came_from():
     jobs = expand({"entries": [{"sampler": "llada", "grid": {"steps": [8, 16]}}, {"sampler": "eb"},
-                               {"sampler": "threshold", "grid": {"block_length": [32]}},
+                               {"sampler": "threshold", "grid": {"block_length": [32], "mask_in_softmax": [True]}},
                                {"sampler": "fastdllm_threshold"}]})  # the same config as the line above
     assert [job.preset for job in jobs] == ["llada", "llada", "eb", "threshold"]
 
@@ -152,18 +152,19 @@ def test_sweep_console_lines_table_and_rows_name_preset_and_settings(tiny_checkp
         cfg.sweep = sweep
     rows = run_evaluation(cfg)
     out = capsys.readouterr().out
-    assert "[sudoku] llada (steps-confidence) block_length=32, steps=2: accuracy " in out
-    assert "[sudoku] llada (steps-confidence) block_length=32, steps=4: accuracy " in out
+    assert "[sudoku] llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=2: accuracy " in out
+    assert "[sudoku] llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=4: accuracy " in out
     assert "[sudoku] eb-confidence gamma=0.001: accuracy " in out
     table = [line for line in out.splitlines() if line.startswith("llada (steps-confidence) ")]
-    assert [line.split()[2:4] for line in table] == [["block_length=32,", "steps=2"], ["block_length=32,", "steps=4"]]
+    assert [line.split()[2:5] for line in table] == [["block_length=32,", "mask_in_softmax=True,", "steps=2"],
+                                                     ["block_length=32,", "mask_in_softmax=True,", "steps=4"]]
     stored = read_records(results)
     assert [row["preset"] for row in stored] == ["llada", "llada", "eb"]
     assert [row["family"] for row in stored] == ["steps-confidence", "steps-confidence", "eb-confidence"]
     assert set(pareto.fronts_by_family(stored)) == {"eb-confidence", "llada (steps-confidence)"}
 
     again = run_evaluation(cfg)  # resumed rows are named the same way
-    assert capsys.readouterr().out.count("llada (steps-confidence) block_length=32, steps=") == 2 + 2
+    assert capsys.readouterr().out.count("llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=") == 4
     assert [row["preset"] for row in again] == ["llada", "llada", "eb"]
     assert [row["key"] for row in again] == [row["key"] for row in rows]
 
@@ -174,7 +175,8 @@ def test_a_hydra_multirun_over_presets_names_each_and_separates_their_fronts(tin
                    "limit=4", "wandb.mode=disabled", f"results_file={results}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "[sudoku] threshold-confidence tau=0.9: accuracy " in done.stdout
-    assert "[sudoku] fastdllm_threshold (threshold-confidence) block_length=32, tau=0.9: accuracy " in done.stdout
+    assert ("[sudoku] fastdllm_threshold (threshold-confidence) block_length=32, mask_in_softmax=True, tau=0.9: "
+            "accuracy ") in done.stdout
     stored = read_records(results)
     assert sorted(row["preset"] for row in stored) == ["fastdllm_threshold", "threshold"]
     assert {row["family"] for row in stored} == {"threshold-confidence"}  # the rule, as before

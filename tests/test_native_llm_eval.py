@@ -159,12 +159,12 @@ def test_nfe_and_tokens_per_forward_are_consistent_across_caches(kind: str, eval
 @needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_top1_computes_exactly_the_tokens_of_its_cached_forwards(kind: str, evaluated) -> None:
-    # k = 1: 8 steps per block of 8, a full forward then 7 queries from one position left of the block to the
-    # canvas end (prefix) or to the block end (dual)
-    starts = range(MAX_LENGTH - GEN, MAX_LENGTH, BLOCK)
+    # k = 1: 8 steps per block of 8, a full forward then 7 queries from the block (Dream, whose logits are
+    # shifted: from one position left of it) to the canvas end (prefix) or to the block end (dual)
+    starts, left = range(MAX_LENGTH - GEN, MAX_LENGTH, BLOCK), int(kind == "dream")
     expected = {"none": GEN * MAX_LENGTH,
-                "prefix": sum(MAX_LENGTH + (BLOCK - 1) * (MAX_LENGTH - start + 1) for start in starts),
-                "dual": len(starts) * (MAX_LENGTH + (BLOCK - 1) * (BLOCK + 1))}
+                "prefix": sum(MAX_LENGTH + (BLOCK - 1) * (MAX_LENGTH - start + left) for start in starts),
+                "dual": len(starts) * (MAX_LENGTH + (BLOCK - 1) * (BLOCK + left))}
     for cache, row in by_option(evaluated[kind])["topk"].items():
         assert row["nfe"]["min"] == row["nfe"]["max"] == GEN
         assert row["computed_tokens_mean"] == expected[cache], cache

@@ -112,8 +112,11 @@ def test_the_budget_rule_counts_as_the_code_on_random_vectors(factor: float) -> 
 
 
 def code_reveals(logits: torch.Tensor, mask_id: int, factor: float) -> set[int]:
-    """Positions one step of Fast-dLLM's code reveals, from one row's logits [L, V] (every position masked)."""
-    confidence = logits.float().index_fill(-1, torch.tensor([mask_id]), float("-inf")).softmax(-1).max(-1).values
+    """Positions one step of Fast-dLLM's code reveals, from one row's logits [L, V] (every position masked, the mask
+    token never the argmax): its argmax's probability under the softmax over every token, in float64."""
+    probs = logits.double().softmax(-1)
+    assert not bool((probs.argmax(-1) == mask_id).any())
+    confidence = probs.max(-1).values
     order = confidence.argsort(descending=True, stable=True)
     return set(order[: code_count(confidence[order].tolist(), factor)].tolist())
 
@@ -125,6 +128,7 @@ def test_the_sampler_reveals_the_same_set_as_the_code(factor: float) -> None:
     for _ in range(100):
         scale = float(torch.rand(1, generator=generator)) * 12
         logits = torch.randn(length, vocab, generator=generator) * scale
+        logits[:, -1] = logits[:, :-1].min(-1).values  # the mask keeps a share, never the argmax
         out = FastDllmFactorSampler(factor=factor, block_length=None).sample(
             ForwardCounter(FixedLogits(logits), 1), torch.full((1, length), vocab - 1), vocab - 1)
         first = set(torch.nonzero(out.reveal_step[0] == 0).flatten().tolist())

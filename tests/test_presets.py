@@ -25,8 +25,8 @@ network = partial(random_transformer, V, PROMPT + GEN, 1)
 
 
 def dream_network() -> torch.nn.Module:
-    """The same network with the mask token's logit lowered: it keeps a share of every softmax (which Dream's
-    scores include and LLaDA-style ones leave out) but is never the argmax at a position revealed here."""
+    """The same network with the mask token's logit lowered: it keeps a share of every softmax (which the official
+    Dream, LLaDA and Fast-dLLM scores include) but is never the argmax at a position revealed here."""
     net = network()
     with torch.no_grad():
         net.head.bias[MASK] -= 1.0
@@ -40,11 +40,16 @@ def prompts(rows: int = 4) -> torch.Tensor:
     return x
 
 
-def predict(net: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def predict(net: torch.nn.Module, x: torch.Tensor, mask_in_softmax: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores of the official LLaDA / Fast-dLLM code: the softmax over every token, the mask included, and its
+    argmax (on `dream_network` never the mask at a masked position); else the softmax without the mask token."""
     logits = net(x[None])[0]
-    logits[:, MASK] = -torch.inf
+    if not mask_in_softmax:
+        logits[:, MASK] = -torch.inf
     probs = logits.softmax(-1)
-    return probs, probs.argmax(-1)
+    x0 = probs.argmax(-1)
+    assert MASK not in x0[x == MASK].tolist()
+    return probs, x0
 
 
 def llada_reference(net, x, steps_per_block: int, block_length: int) -> torch.Tensor:
@@ -117,12 +122,12 @@ def factor_paper_count(confidence: torch.Tensor, factor: float) -> int:
     return max([1] + [n for n, c in enumerate(ranked, start=1) if (n + 1) * (1 - c) < factor])
 
 
-def fastdllm_reference(net, x, block_length: int, count) -> torch.Tensor:
+def fastdllm_reference(net, x, block_length: int, count, mask_in_softmax: bool) -> torch.Tensor:
     """Fast-dLLM's generate(): semi-AR blocks, each filled step by step; `count(confidence)` is the rule."""
     x = x.clone()
     for start in range(PROMPT, PROMPT + GEN, block_length):
         while (x[start : start + block_length] == MASK).any():
-            probs, x0 = predict(net, x)
+            probs, x0 = predict(net, x, mask_in_softmax)
             masked = torch.nonzero(x[start : start + block_length] == MASK).flatten() + start
             confidence = probs.max(-1).values[masked]
             chosen = masked[confidence.argsort(descending=True)[: count(confidence)]]
@@ -139,8 +144,8 @@ def run_preset(name: str, overrides: list[str], net: torch.nn.Module | None = No
 
 
 def test_llada_preset_matches_llada_generate() -> None:
-    out, nfe = run_preset("llada", ["sampler.block_length=4", "sampler.steps=2"])
-    net, x = network(), prompts()
+    net, x = dream_network(), prompts()
+    out, nfe = run_preset("llada", ["sampler.block_length=4", "sampler.steps=2"], net)
     for row in range(len(x)):
         assert torch.equal(out[row], llada_reference(net, x[row], steps_per_block=2, block_length=4))
     assert nfe.tolist() == [2 * 3] * len(x)
@@ -167,16 +172,20 @@ def test_dream_origin_matches_dream_generate_draw_for_draw(seed: int) -> None:
     assert torch.equal(out[0], expected)
 
 
-@pytest.mark.parametrize("name, overrides, count", [
-    ("fastdllm_threshold", ["sampler.tau=0.2"], partial(fastdllm_count, tau=0.2, factor=None)),
-    ("fastdllm_factor", ["sampler.factor=1.9"], partial(fastdllm_count, tau=None, factor=1.9)),
-    ("factor", ["sampler.factor=1.9", "sampler.block_length=6"], partial(factor_paper_count, factor=1.9)),
+@pytest.mark.parametrize("name, overrides, count, official", [
+    ("fastdllm_threshold", ["sampler.tau=0.2"], partial(fastdllm_count, tau=0.2, factor=None), True),
+    ("fastdllm_factor", ["sampler.factor=1.9"], partial(fastdllm_count, tau=None, factor=1.9), True),
+    ("factor", ["sampler.factor=1.9", "sampler.block_length=6"], partial(factor_paper_count, factor=1.9), False),
 ])
-def test_fastdllm_presets_match_fastdllm_decoding(name: str, overrides: list[str], count) -> None:
-    out, _ = run_preset(name, ["sampler.block_length=6", *overrides])
-    net, x = network(), prompts()
+def test_fastdllm_presets_match_fastdllm_decoding(name: str, overrides: list[str], count, official: bool) -> None:
+    """The code's presets score as the code (the mask token in the softmax); the paper's `factor` as mdmkit's
+    other rules (without it)."""
+    make = dream_network if official else network
+    out, _ = run_preset(name, ["sampler.block_length=6", *overrides], make())
+    net, x = make(), prompts()
     for row in range(len(x)):
-        assert torch.equal(out[row], fastdllm_reference(net, x[row], block_length=6, count=count))
+        assert torch.equal(out[row], fastdllm_reference(net, x[row], block_length=6, count=count,
+                                                        mask_in_softmax=official))
 
 
 def test_the_two_factor_presets_differ_on_this_network() -> None:
@@ -184,3 +193,24 @@ def test_the_two_factor_presets_differ_on_this_network() -> None:
     code, code_nfe = run_preset("fastdllm_factor", ["sampler.factor=1.9", "sampler.block_length=6"])
     paper, paper_nfe = run_preset("factor", ["sampler.factor=1.9", "sampler.block_length=6"])
     assert not torch.equal(code, paper) and (code_nfe <= paper_nfe).all() and (code_nfe < paper_nfe).any()
+
+
+@pytest.mark.parametrize("preset, overrides", [("llada", ["sampler.steps=2", "sampler.block_length=2"]),
+                                               ("fastdllm_threshold", ["sampler.tau=0.99", "sampler.block_length=2"])])
+def test_the_official_presets_rank_by_the_softmax_over_every_token(preset: str, overrides: list[str]) -> None:
+    """LLaDA's and Fast-dLLM's code score a position by its best token's probability under the softmax over the
+    whole vocabulary, the mask included. Answer position 0: best token 0.30 with 0.50 on the mask (0.60 without
+    it); position 1: best 0.35, no mass on the mask. The code reveals position 1 first; leaving the mask out of
+    the softmax would reveal position 0."""
+    from fakes import FixedLogits
+
+    vocab, mask = 4, 3
+    probs = torch.full((PROMPT + 2, vocab), 1 / vocab)
+    probs[PROMPT] = torch.tensor([0.30, 0.15, 0.05, 0.50])
+    probs[PROMPT + 1] = torch.tensor([0.35, 0.33, 0.32, 0.0])
+    net = FixedLogits(probs.clamp(min=1e-9).log())
+    sampler = build(compose_config("evaluate", ["ckpt=x.pt", f"sampler={preset}", *overrides]).sampler, "sampler")
+    x = torch.full((1, PROMPT + 2), mask)
+    x[0, :PROMPT] = 0
+    sampled = sampler.sample(ForwardCounter(net, 1), x, mask)
+    assert sampled.reveal_step[0, PROMPT:].tolist() == [1, 0]

@@ -156,7 +156,7 @@ def test_bad_settings_are_one_config_error(fields: dict, message: str) -> None:
 def test_the_option_builds_the_defaults_and_names_its_family() -> None:
     """The option: LLaDA's schedule (32 steps per block of 32) under the paper's thresholds."""
     sampler = build(option("sampler", "prophet"), "sampler")
-    assert sampler == ProphetSampler() and sampler.base == StepsSampler(steps=32, block_length=32)
+    assert sampler == ProphetSampler() and sampler.base == StepsSampler(steps=32, block_length=32, mask_in_softmax=True)
     assert (sampler.gap_early, sampler.gap_mid, sampler.gap_late) == (8.0, 5.0, 3.0)
     config = {"_target_": "mdmkit.samplers.ProphetSampler", **option("sampler", "prophet")}
     config["base"] = {"_target_": "mdmkit.samplers.StepsSampler", **config["base"]}

@@ -84,6 +84,12 @@ class ForwardCounter:
         """`kv_cache`: how many layers a cache for this network holds."""
         return self._network_with(KV_CACHE).n_layers
 
+    @property
+    def shifted_logits(self) -> bool:
+        """Whether the logits at position i come from the output at i - 1 (Dream), which a cached query window
+        must then start one position early to compute."""
+        return bool(getattr(self._network, "shift", False))
+
     def noncausal(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> Any:
         """`causal_head`: the trunk pass (a full forward) of a self-speculative network."""
         network = self._network_with(CAUSAL_HEAD)

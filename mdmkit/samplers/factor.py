@@ -65,3 +65,4 @@ class FastDllmFactorSampler(MaskedSampler):
     budget_rule = FastDllmFactor
     factor: float = 1.0
     block_length: int | None = 32
+    mask_in_softmax: bool = True  # as the code scores

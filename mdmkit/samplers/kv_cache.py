@@ -22,9 +22,10 @@ unchanged) and the counter records how many tokens each forward ran. A row that 
 cache. The cache holds keys and values of all L positions per row; which of them a query may see is decided by
 `attn_mask` (per row: left of its block for `prefix`, outside it for `dual`, never left padding), so rows at
 different blocks share one cache. Query widths differ per row; shorter rows are padded with query-only slots
-that no other token sees. Each query window also starts one position left of the block (where there is one):
-a network whose logits at i are read from its output at i - 1 (Dream, `shift_logits`) then predicts the
-block's first position from a fresh output, as its full forward does; any other network pays one token for it.
+that no other token sees. A query window is the block (prefix: the block and what follows it), as in
+Fast-dLLM's `generate_with_prefix_cache` / `generate_with_dual_cache`; for a network whose logits at i are read
+from its output at i - 1 (Dream, `shift_logits`) it starts one position left of the block (where there is one), so
+the block's first position is predicted from a fresh output, as the full forward does.
 Positions count from each row's first real token (as the Hugging Face adapters and Dream do), so a left-padded
 row computes what it would alone (for rotary networks such as LLaDA this only shifts every position equally).
 """
@@ -58,6 +59,7 @@ class BlockCache:
         require(mode in ("prefix", "dual"), f"internal: no block cache for cache={mode}")
         self.mode, self.network, self.keep, self.length = mode, network, attention_mask, length
         self.n_layers = network.n_layers
+        self.shifted = network.shifted_logits
         self.store: KVCache | None = None
         self.store_rows: torch.Tensor | None = None  # the batch rows of `store`, ascending
 
@@ -73,7 +75,8 @@ class BlockCache:
         if bool(refresh.all()):
             return self._refresh(rows, state)
         start, end = block_spans(in_block)
-        start = (start - 1).clamp(min=0)  # one position of left context (see the module)
+        if self.shifted:  # the block's first logits are the output one position left of it (see the module)
+            start = (start - 1).clamp(min=0)
         if self.mode == "prefix":
             end = torch.full_like(end, self.length)
         if not bool(refresh.any()):

@@ -147,9 +147,8 @@ class MaskedSampler(Sampler):
 
     budget_rule: ClassVar[type[Budget] | None] = None
     step_rule: ClassVar[type | None] = None  # a rule across steps: a dataclass whose `start(answer)` is a StepRule
-    # Dream's own decoding details, fields of DreamStepsSampler only (here: the loop's defaults)
+    # Dream's own schedule detail, a field of DreamStepsSampler only (here: the loop's default)
     empty_steps = False  # a step whose budget is 0 reveals nothing (else every step reveals at least one)
-    mask_in_softmax = False  # scores come from the softmax over every token, the mask token included
 
     ordering: str | Callable[..., torch.Tensor] = "confidence"  # confidence | entropy | margin | random | a callable
     temperature: float = 0.0
@@ -158,6 +157,9 @@ class MaskedSampler(Sampler):
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
     cache: CacheMode = "none"  # none | prefix | dual: Fast-dLLM's approximate KV caches, refreshed per block
     cache_refresh: int | None = None  # with a cache: also refresh every n steps inside a block (None: never)
+    # scores (confidence, margin, entropy) from the softmax over every token, the mask token included, as the
+    # official LLaDA, Fast-dLLM and Dream code computes them; the chosen token is never the mask either way
+    mask_in_softmax: bool = False
 
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]

@@ -88,7 +88,7 @@ class CommitGap:
 class ProphetSampler(Sampler):
     """`base` (any masked-loop sampler) until the row's mean top-2 logit gap clears the threshold, then all-in."""
 
-    base: MaskedSampler = field(default_factory=lambda: StepsSampler(steps=32, block_length=32))
+    base: MaskedSampler = field(default_factory=lambda: StepsSampler(steps=32, block_length=32, mask_in_softmax=True))
     gap_early: float = 8.0
     gap_mid: float = 5.0
     gap_late: float = 3.0

@@ -84,7 +84,6 @@ class DreamStepsSampler(MaskedSampler):
     steps: int = 64
     eps: float = DreamSchedule.eps
     empty_steps: bool = False
-    mask_in_softmax: bool = False
     entropy_eps: float = 0.0
     random_count: bool = DreamSchedule.random_count
 

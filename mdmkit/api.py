@@ -1,0 +1,93 @@
+"""mdmkit from Python: a sampler from a preset, a model from its directory, and generation with NFE counted.
+
+    from mdmkit import api
+
+    sampler = api.sampler("fastdllm_threshold", cache="dual", tau=0.9)     # conf/sampler/<preset>.yaml + fields
+    model = api.load_text_model("GSAI-ML/LLaDA-8B-Instruct", kind="llada", dtype="bfloat16", device="cuda")
+    made = api.generate(model, ["Question: ..."], sampler, gen_length=256)  # .texts, .nfe, .nfe_to_stop
+    filled = api.fill(model.network, [[12, 7, 99]], sampler, gen_length=32, mask_id=model.network.mask_id)
+
+`fill` works on token ids and any mdmkit network (a puzzle model, a native LLaDA / Dream); `generate` on text,
+with the same stops, prompt cutting and counting as `evaluate.py task=gsm8k` and `mdmkit-lm-eval`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mdmkit.core.config import option, require
+from mdmkit.core.seeding import seeded_generator
+from mdmkit.core.stopping import Stop
+from mdmkit.evaluation.generation import Generations, TextModel, left_pad
+from mdmkit.evaluation.generation import generate as run_generation
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.evaluation.text_eval import HFModelConfig
+from mdmkit.evaluation.text_eval import load_text_model as _load_text_model
+from mdmkit.samplers import ForwardCounter, Sampler
+
+__all__ = ["Filled", "Generations", "TextModel", "fill", "generate", "load_text_model", "sampler"]
+
+
+def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) -> Sampler:
+    """The sampler of option `preset` (`conf/sampler/<preset>.yaml`, as `sampler=<preset>` composes it) with
+    `fields` set on top, validated. With `network`, checkpoints the config names (P2's planner, NI's indicator)
+    are loaded for it and its capabilities are checked."""
+    config = option("sampler", preset)
+    unknown = sorted(set(fields) - set(config))
+    require(not unknown, f"sampler {preset}: unknown field(s) {unknown} (valid: "
+                         f"{', '.join(sorted(k for k in config if k != '_target_'))})")
+    return build_sampler({**config, **fields}, network)
+
+
+def load_text_model(name_or_path: str, kind: str = "generic", *, dtype: str = "float32", device: str = "cpu",
+                    max_length: int | None = None, trust_remote_code: bool = False) -> TextModel:
+    """A Hugging Face model directory or hub name with its tokenizer (`kind`: generic | llada | dream | causal),
+    as `evaluate.py ckpt=... hf.kind=...` loads it."""
+    config = HFModelConfig(kind=kind, dtype=dtype, max_length=max_length,  # type: ignore[arg-type]
+                           trust_remote_code=trust_remote_code)
+    return _load_text_model(name_or_path, config, device)
+
+
+@dataclass
+class Filled:
+    """`fill`'s result: each row's prompt and answer, and its forward passes (to the end, and to the stop)."""
+
+    tokens: torch.Tensor  # [B, P + gen_length], prompts left-padded with `pad_id`
+    nfe: torch.Tensor  # [B]
+    nfe_to_stop: torch.Tensor  # [B]
+
+
+@torch.no_grad()
+def fill(network: torch.nn.Module, prompts: list[list[int]], sampler: Sampler, gen_length: int, mask_id: int, *,
+         seed: int = 0, pad_id: int = 0, stop: Stop | None = None) -> Filled:
+    """`gen_length` masked positions after each prompt (token ids, left-padded in one batch), filled by `sampler`
+    through a forward counter; random draws from `seed`."""
+    require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
+    require(len(prompts) > 0, "fill needs at least one prompt")
+    device = next(network.parameters()).device
+    ids, keep = left_pad([list(p) for p in prompts], pad_id, device)
+    canvas = torch.cat([ids, torch.full((len(prompts), gen_length), mask_id, device=device)], 1)
+    attention = None if bool(keep.all()) else torch.cat([keep, torch.ones_like(canvas[:, ids.shape[1]:],
+                                                                                dtype=torch.bool)], 1)
+    counter = ForwardCounter(network, len(prompts))
+    was_training = network.training
+    network.eval()
+    try:
+        sampled = sampler.sample(counter, canvas, mask_id, seeded_generator(seed, device), attention_mask=attention,
+                                 stop=stop)
+    finally:
+        network.train(was_training)
+    return Filled(sampled.tokens, counter.nfe, counter.nfe_to_stop)
+
+
+def generate(model: TextModel, prompts: list[str], sampler: Sampler, gen_length: int, stops: list[str] | None = None,
+             *, batch_size: int = 8, seed: int = 0, chat: bool = False, progress: bool = True) -> Generations:
+    """Up to `gen_length` answer tokens per prompt (text in, text out): a row stops at the end-of-text token or a
+    stop phrase; `Generations` holds the texts scored, the raw answers, NFE to the end and to the stop."""
+    made = run_generation(model, prompts, sampler, gen_length, list(stops or []), batch_size=batch_size, seed=seed,
+                          chat=chat, progress=progress)
+    assert made is not None  # one process: it holds every answer
+    return made
