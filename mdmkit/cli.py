@@ -304,6 +304,19 @@ def _evaluate(cfg: DictConfig) -> None:
             _save_rows(rows, output_dir)
 
 
+def _check_lm_eval_model_args(argv: list[str]) -> None:
+    """`--model mdmkit --model_args ...` checked before lm-eval indexes its task library (seconds, not a minute)."""
+    from mdmkit.evaluation.lm_eval_model import check_model_args
+
+    values = {}
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name in ("--model", "--model_args"):
+            values[name] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    if values.get("--model") == "mdmkit" and values.get("--model_args"):
+        check_model_args(values["--model_args"])
+
+
 def lm_eval() -> None:
     """lm-eval's own command line with the `mdmkit` model registered (lm-eval has no plugin hook for models)
     and mdmkit's task configs (`mdmkit_gsm8k`, `mdmkit_humaneval`, `mdmkit_mbpp`) on the include path. Logged
@@ -316,6 +329,7 @@ def lm_eval() -> None:
     from mdmkit.evaluation.lm_eval_nfe import with_nfe
 
     _set_up_process()
+    _before_hydra(_check_lm_eval_model_args)
     if "--include_path" not in sys.argv:
         sys.argv += ["--include_path", str(Path(__file__).parent / "lm_eval_tasks")]
     if not hasattr(harness.simple_evaluate, "mdmkit_nfe"):  # the CLI reads `lm_eval.simple_evaluate`

@@ -37,10 +37,10 @@ def test_every_cache_mode_does_the_same_forwards_and_fewer_tokens():
     assert (tokens[:, :10] != network.mask_id).all() and (tokens[:, 10:] == network.mask_id).all()
     runs = {mode: generate(network, tokens, mode, setup) for mode in ("none", "prefix", "dual")}
     assert {run.nfe for run in runs.values()} == {2 * setup.nfe} and setup.nfe == 4
-    # per block: one full forward (18 tokens), then one query forward; prefix runs the block to the end + 1
+    # per block: one full forward (18 tokens), then one query forward; prefix runs the block to the end
     assert runs["none"].computed_tokens == 2 * 4 * 18
-    assert runs["prefix"].computed_tokens == 2 * (18 + 9 + 18 + 5)
-    assert runs["dual"].computed_tokens == 2 * (18 + 5 + 18 + 5)
+    assert runs["prefix"].computed_tokens == 2 * (18 + 8 + 18 + 4)
+    assert runs["dual"].computed_tokens == 2 * (18 + 4 + 18 + 4)
     assert all(0 < run.forward_seconds <= run.seconds for run in runs.values())
 
 

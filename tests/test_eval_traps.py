@@ -31,7 +31,7 @@ from mdmkit.tasks.sudoku import CELL_POSITIONS, SudokuTask
 SUDOKU_CKPT = ROOT / "checkpoints" / "sudoku_mdm.pt"
 # Measured before evaluation made the test split alone (which generated all 102,000 puzzles first): the row key of
 # `evaluate.py ckpt=checkpoints/sudoku_mdm.pt limit=100` and a digest of the 100 test puzzles' keys it sampled.
-# Keys then hashed the whole sampler dict (cache fields left out without a cache) with the measurement.
+# Keys then hashed the whole sampler dict (cache fields left out without a cache; mask_in_softmax did not exist).
 KEY_LIMIT_100 = "c57b7bbe6bcb9581df53"
 TEST_100_DIGEST = "24c77a92e1578ae6020e6b93d4ea0bb682549bb6"
 MAZE_CELLS = ["model=tiny", "task=maze", "task.answer=cells", "task.min_path_len=3", "task.n_train=300",
@@ -91,7 +91,7 @@ def test_evaluation_makes_only_the_test_split_and_keeps_its_key(tmp_path: Path, 
     monkeypatch.setattr(evaluate_module, "sample_split", sample_split)
     _, rows, measure = evaluate_module._puzzle_setup(cfg, None, Ranks())
     sampler = to_container(cfg.sampler)
-    sampler_then = {k: v for k, v in sampler.items() if k not in ("cache", "cache_refresh")}
+    sampler_then = {k: v for k, v in sampler.items() if k not in ("cache", "cache_refresh", "mask_in_softmax")}
     assert row_key(kind="evaluate", sampler=sampler_then, **rows.measurement) == KEY_LIMIT_100  # the same data
     with pytest.raises(Sampled):
         measure(SweepJob(sampler, False))

@@ -55,23 +55,29 @@ def command(*args: str, processes: int) -> list[str]:
             "--no-python", *cli, *args]
 
 
-def run(tmp_path: Path, masked_dir: Path, tasks: Path, processes: int) -> tuple[str, dict, dict]:
-    """One run: its stdout, its results JSON, and {task: {doc_id: logged sample}}; the NFE file is in `out`."""
+def start(tmp_path: Path, masked_dir: Path, tasks: Path, processes: int) -> subprocess.Popen:
+    """One run, started (the two runs overlap: most of each is importing lm-eval); its NFE file is in `out`."""
     out = tmp_path / f"out{processes}"
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "MDMKIT_BENCHMARK_DATA": str(BENCHMARK_DATA), "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(command(
+    return subprocess.Popen(command(
         "--model", "mdmkit", "--model_args", f"ckpt={masked_dir},sampler=topk,k=1,nfe_file={out}/nfe.jsonl",
         "--include_path", str(tasks), "--tasks", "stop_local,mdmkit_gsm8k", "--gen_kwargs", "max_gen_toks=12",
         "--limit", "5", "--batch_size", "1", "--device", "cpu", "--log_samples", "--output_path", str(out),
-        processes=processes), check=False, env=env, capture_output=True, text=True, timeout=WAIT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
+        processes=processes), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(tmp_path: Path, run: subprocess.Popen, processes: int) -> tuple[str, dict, dict]:
+    """A run's stdout, its results JSON, and {task: {doc_id: logged sample}}."""
+    stdout, stderr = run.communicate(timeout=WAIT_S)
+    assert run.returncode == 0, stderr[-3000:]
+    out = tmp_path / f"out{processes}"
     (results_file,) = out.rglob("results_*.json")
     samples = {}
     for file in out.rglob("samples_*.jsonl"):
         lines = [json.loads(line) for line in file.read_text().splitlines()]
         samples[file.name.split("_2")[0].removeprefix("samples_")] = {s["doc_id"]: s for s in lines}
-    return done.stdout, json.loads(results_file.read_text()), samples
+    return stdout, json.loads(results_file.read_text()), samples
 
 
 @needs_data
@@ -81,8 +87,9 @@ def test_two_cpu_processes_give_the_single_process_results(masked_dir, tmp_path)
     (tasks / "stop_local.yaml").write_text(STOP_TASK.format(data=BENCHMARK_DATA.resolve()))
     for name in ("mdmkit_gsm8k.yaml", "utils.py"):
         shutil.copy(Path(utils.__file__).parent / name, tasks / name)
-    one_out, one, one_samples = run(tmp_path, masked_dir, tasks, 1)
-    two_out, two, two_samples = run(tmp_path, masked_dir, tasks, 2)
+    single, parallel = start(tmp_path, masked_dir, tasks, 1), start(tmp_path, masked_dir, tasks, 2)
+    one_out, one, one_samples = finish(tmp_path, single, 1)
+    two_out, two, two_samples = finish(tmp_path, parallel, 2)
 
     assert one["results"] == two["results"]
     assert one["n-shot"] == two["n-shot"] == {"stop_local": 0, "mdmkit_gsm8k": 8}

@@ -24,6 +24,7 @@ gets every rank's metrics, logged samples and NFE records. No `accelerate` is ne
 
 from __future__ import annotations
 
+import inspect
 import json
 import zlib
 from pathlib import Path
@@ -45,6 +46,7 @@ from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
+from mdmkit.models.hf import check_model_source
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length"}
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise
@@ -61,6 +63,36 @@ def sampler_from_args(name: str, overrides: dict[str, Any]):
                  for key, value in overrides.items()}
     node = OmegaConf.merge(preset, overrides)
     return build(node, "sampler"), OmegaConf.to_container(node)
+
+
+def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_size: int | str, gen_length: int,
+                     mc_samples: int, extra: dict[str, Any]) -> tuple[HFModelConfig, Any, dict[str, Any]]:
+    """What `MdmkitLM` checks before a model loads: the model settings, the sampler and its fields (`extra`, the
+    model keys taken out of it), the sampler's kind against the model's, a local `ckpt` path."""
+    require(ckpt is not None, "model_args needs ckpt=<Hugging Face model directory or hub name>")
+    require(isinstance(batch_size, int) or str(batch_size).isdigit(),
+            f"batch_size={batch_size}: give a number (auto is not supported)")
+    require(mc_samples >= 1, f"mc_samples={mc_samples} must be >= 1")
+    require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
+    config = HFModelConfig(kind=kind, **{k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS})
+    built, sampler_config = sampler_from_args(sampler or ("ntp" if kind == "causal" else "eb"), extra)
+    check_decoder(kind == "causal", built)
+    check_model_source(str(ckpt))
+    return config, built, sampler_config
+
+
+def check_model_args(text: str) -> None:
+    """`--model_args` of `--model mdmkit`, checked as the model will check them, before lm-eval indexes its
+    tasks (seconds): a bad value is one line at once."""
+    from lm_eval.utils import simple_parse_args_string
+
+    args = simple_parse_args_string(text)
+    settings = inspect.signature(MdmkitLM.__init__).parameters
+    extra = {k: v for k, v in args.items() if k not in settings}
+    defaults = {name: p.default for name, p in settings.items() if p.default is not inspect.Parameter.empty}
+    given = {**defaults, **{k: v for k, v in args.items() if k in settings}}
+    checked_settings(given["ckpt"], given["sampler"], given["kind"], given["batch_size"], given["gen_length"],
+                     given["mc_samples"], extra)
 
 
 def _device(device: str | None) -> str:
@@ -104,24 +136,15 @@ class MdmkitLM(LM):
                  gen_length: int = 256, mc_samples: int = 32, seed: int = 0, nfe_file: str | None = None,
                  **extra: Any) -> None:
         super().__init__()
-        require(ckpt is not None, "model_args needs ckpt=<Hugging Face model directory or hub name>")
-        require(isinstance(batch_size, int) or str(batch_size).isdigit(),
-                f"batch_size={batch_size}: give a number (auto is not supported)")
-        require(mc_samples >= 1, f"mc_samples={mc_samples} must be >= 1")
-        require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
-        model_args = {k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS}
-        config = HFModelConfig(kind=kind, **model_args)
-        if sampler is None:
-            sampler = "ntp" if kind == "causal" else "eb"
-        self.sampler, self.sampler_config = sampler_from_args(sampler, extra)
-        check_decoder(kind == "causal", self.sampler)  # before the weights load
+        config, self.sampler, self.sampler_config = checked_settings(ckpt, sampler, kind, batch_size, gen_length,
+                                                                     mc_samples, extra)
         device = _device(device)
         self.ranks = init_ranks("cuda" if device.startswith("cuda") else device)  # rank 0 of 1 without a launcher
         self._rank, self._world_size = self.ranks.rank, self.ranks.world_size
         if self._world_size > 1 and device.startswith("cuda"):
             device = f"cuda:{torch.cuda.current_device()}"  # this rank's GPU (its local rank), whatever was asked
         self._device = torch.device(device)
-        self.model: TextModel = load_text_model(ckpt, config, device)
+        self.model: TextModel = load_text_model(str(ckpt), config, device)
         check_sampler(self.model, self.sampler)
         self.batch_size_per_call = int(batch_size)
         self.gen_length, self.mc_samples, self.seed = gen_length, mc_samples, seed

@@ -189,15 +189,19 @@ def _is_local(name_or_path: str) -> bool:
     return name_or_path.startswith(("/", "./", "../", "~")) or Path(name_or_path).exists()
 
 
+def check_model_source(name_or_path: str) -> None:
+    """A local path must be a model directory (a hub name is looked up when it loads)."""
+    if _is_local(name_or_path) and not Path(name_or_path).expanduser().is_dir():
+        raise CheckpointError(f"no model directory at {name_or_path}")
+
+
 def _load_kwargs(name_or_path: str, dtype: str, local_files_only: bool | None) -> tuple[Path | str, dict]:
     if dtype not in _DTYPES:
         raise CheckpointError(f"dtype='{dtype}' is not one of {', '.join(_DTYPES)}")
+    check_model_source(name_or_path)
     source: Path | str = name_or_path
     if _is_local(name_or_path):
-        path = Path(name_or_path).expanduser()
-        if not path.is_dir():
-            raise CheckpointError(f"no model directory at {name_or_path}")
-        source, local_files_only = path, True  # a local directory never touches the network
+        source, local_files_only = Path(name_or_path).expanduser(), True  # a local directory never touches the network
     return source, {"local_files_only": bool(local_files_only)}
 
 
