@@ -21,7 +21,7 @@ import torch
 from mdmkit.core.config import option, require
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.core.stopping import Stop
-from mdmkit.evaluation.generation import Generations, TextModel, left_pad
+from mdmkit.evaluation.generation import Generations, TextModel, masked_canvas
 from mdmkit.evaluation.generation import generate as run_generation
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.text_eval import HFModelConfig
@@ -68,10 +68,7 @@ def fill(network: torch.nn.Module, prompts: list[list[int]], sampler: Sampler, g
     require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
     require(len(prompts) > 0, "fill needs at least one prompt")
     device = next(network.parameters()).device
-    ids, keep = left_pad([list(p) for p in prompts], pad_id, device)
-    canvas = torch.cat([ids, torch.full((len(prompts), gen_length), mask_id, device=device)], 1)
-    attention = None if bool(keep.all()) else torch.cat([keep, torch.ones_like(canvas[:, ids.shape[1]:],
-                                                                                dtype=torch.bool)], 1)
+    canvas, attention, _ = masked_canvas([list(p) for p in prompts], gen_length, mask_id, pad_id, device)
     counter = ForwardCounter(network, len(prompts))
     was_training = network.training
     network.eval()

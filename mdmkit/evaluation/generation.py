@@ -148,7 +148,7 @@ def check_sampler(model: TextModel, sampler: Sampler | None) -> None:
     model.mask_id_for(sampler)
 
 
-def _masked_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id: int,
+def masked_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id: int,
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
     """Left-padded prompts then `gen_length` masks; the padding mask (None without padding); answer starts."""
     ids, keep = left_pad(rows, pad_id, device)
@@ -219,7 +219,7 @@ def generate(
     if model.causal:
         conditions.append(AnswerBudget(gen_length))
     stop = AnyStop(tuple(conditions)) if conditions else None
-    make_canvas = _causal_canvas if model.causal else _masked_canvas
+    make_canvas = _causal_canvas if model.causal else masked_canvas
     # row -> raw text, text before the end token, NFE, NFE to the stop, computed tokens
     rows_made: dict[int, tuple[str, str, int, int, int]] = {}
     start = time.perf_counter()
