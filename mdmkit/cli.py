@@ -94,7 +94,7 @@ def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:
 _HYDRA_RECORD = {".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml"}
 FAILED_JOBS_ENV = "MDMKIT_FAILED_JOBS_DIR"  # where a multirun's jobs note their failures (set by `FailedJobs`)
 _failed_jobs: list[str] = []  # the sweep's failed jobs, gathered from their notes when the multirun ends
-_jobs_run = 0  # how many jobs the sweep ran (their directories)
+_jobs_run = 0  # how many jobs the sweep ran (their `.started` notes)
 
 
 @contextmanager
