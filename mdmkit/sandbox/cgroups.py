@@ -118,26 +118,19 @@ class Cgroup:
         self.dirs = [place.memory / name] + ([place.pids / name] if self.v1 else [])
         self.path = self.dirs[0]
         limit = str(memory_mb * 1024 * 1024)
+        # v1 bounds memory and swap together, v2 each alone: either way no swap beyond the limit
+        memory, swap, no_swap = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", limit) if self.v1 else \
+            ("memory.max", "memory.swap.max", "0")
         try:
             for directory in self.dirs:
                 directory.mkdir()
-            if self.v1:
-                self._write(self.dirs[0] / "memory.limit_in_bytes", limit)
-                if (self.dirs[0] / "memory.memsw.limit_in_bytes").exists():  # no swap beyond the limit
-                    self._write(self.dirs[0] / "memory.memsw.limit_in_bytes", limit)
-                self._write(self.dirs[1] / "pids.max", str(max_tasks))
-            else:
-                self._write(self.path / "memory.max", limit)
-                if (self.path / "memory.swap.max").exists():
-                    self._write(self.path / "memory.swap.max", "0")
-                self._write(self.path / "pids.max", str(max_tasks))
+            (self.path / memory).write_text(limit)
+            if (self.path / swap).exists():
+                (self.path / swap).write_text(no_swap)
+            (self.dirs[-1] / "pids.max").write_text(str(max_tasks))
         except OSError:
             self.remove()
             raise
-
-    @staticmethod
-    def _write(path: Path, value: str) -> None:
-        path.write_text(value)
 
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv`, started inside this cgroup (a shell moves itself in, then execs it: no race with forks)."""
@@ -178,7 +171,7 @@ class Cgroup:
         the survivors, if any."""
         if not self.v1:
             try:
-                self._write(self.path / "cgroup.kill", "1")
+                (self.path / "cgroup.kill").write_text("1")
             except OSError:
                 pass
         return procs.kill_until_gone(self.pids)

@@ -46,12 +46,9 @@ def _children(pid: int) -> list[int] | None:
     return found
 
 
-def _all_parents() -> dict[int, int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
-            parents[int(entry)] = int(fields[1])
-    return parents
+def _every_process() -> dict[int, list[bytes]]:
+    """`_stat_fields` of every live process, by pid: one scan of /proc."""
+    return {int(e): fields for e in os.listdir("/proc") if e.isdigit() and (fields := _stat_fields(int(e))) is not None}
 
 
 def tree(root: int) -> list[int]:
@@ -63,7 +60,7 @@ def tree(root: int) -> list[int]:
         pid = queue.pop()
         kids = _children(pid)
         if kids is None:  # no children files: one scan of /proc gives every parent
-            parents = parents if parents is not None else _all_parents()
+            parents = parents if parents is not None else {p: int(f[1]) for p, f in _every_process().items()}
             kids = [child for child, parent in parents.items() if parent == pid]
         for child in kids:
             if child not in found:
@@ -74,11 +71,7 @@ def tree(root: int) -> list[int]:
 
 def session(sid: int) -> list[int]:
     """Live processes whose session id is `sid`."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
+    return [pid for pid, fields in _every_process().items() if int(fields[3]) == sid]
 
 
 def usage(pids: list[int]) -> tuple[int, int]:
