@@ -5,7 +5,7 @@ and expect logits [B, L, V]. These adapters translate that call for a pretrained
 sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes through the same causal
 decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models. LLaDA and Dream load into
 mdmkit's own network instead (`llada_dream`, `llm_checkpoints`): their hub code does not run under transformers
-5, and no remote code is executed to load them.
+5, and no remote code is executed to load them. Fast-dLLM v2 (`kind=fast_dllm_v2`) loads the same way.
 
 `transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
 """
@@ -27,7 +27,10 @@ from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
 from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
 
-Kind = Literal["generic", "llada", "dream"]
+NativeKind = Literal["llada", "dream", "fast_dllm_v2"]
+Kind = Literal["generic", "llada", "dream", "fast_dllm_v2"]
+NATIVE_KINDS = ("llada", "dream", "fast_dllm_v2")
+FAST_DLLM_V2_MASK_TOKEN = "|<MASK>|"  # an additional special token of its tokenizer, not declared as mask_token
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BPE_FILES = ("vocab.json", "merges.txt")  # a byte-level BPE without tokenizer.json (Dream's hub files)
 
@@ -223,10 +226,11 @@ def load_masked_diffusion(
     device: str = "cpu",
     local_files_only: bool | None = None,
 ) -> tuple[HFMaskedDiffusion | DiffusionLM, Any]:
-    """Tokenizer and network of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or LLaDA / Dream
-    (mdmkit's own `DiffusionLM`, read from the checkpoint's config.json and safetensors; see `load_native`)."""
-    if kind not in ("generic", "llada", "dream"):
-        raise CheckpointError(f"kind='{kind}' is not one of generic, llada, dream")
+    """Tokenizer and network of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or LLaDA / Dream /
+    Fast-dLLM v2 (mdmkit's own `DiffusionLM`, read from the checkpoint's config.json and safetensors; see
+    `load_native`)."""
+    if kind not in ("generic", *NATIVE_KINDS):
+        raise CheckpointError(f"kind='{kind}' is not one of generic, {', '.join(NATIVE_KINDS)}")
     if kind != "generic":
         return load_native(name_or_path, kind, trust_remote_code=trust_remote_code, dtype=dtype, device=device,
                            local_files_only=local_files_only)
@@ -247,26 +251,30 @@ def load_masked_diffusion(
 
 def load_native(
     name_or_path: str,
-    kind: Literal["llada", "dream"],
+    kind: NativeKind,
     *,
     trust_remote_code: bool = False,
     dtype: str = "float32",
     device: str = "cpu",
     local_files_only: bool | None = None,
 ) -> tuple[DiffusionLM, Any]:
-    """A LLaDA or Dream checkpoint (a directory, or a hub name fetched once) as mdmkit's network, and its tokenizer.
+    """A LLaDA, Dream or Fast-dLLM v2 checkpoint (a directory, or a hub name fetched once) as mdmkit's network,
+    and its tokenizer.
 
-    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); the tokenizer is
-    `native_tokenizer`'s. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
+    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); Fast-dLLM v2's config
+    has none: its tokenizer's `|<MASK>|` token is used. The tokenizer is `native_tokenizer`'s. No remote code runs
+    unless `trust_remote_code` (then only Dream's tokenizer's).
     """
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
-    read_config(directory, kind)  # first, a config of another kind or a missing tokenizer: before the weights
+    # first, a config of another kind or a missing tokenizer: before the weights (Fast-dLLM v2's mask id is
+    # checked once its tokenizer has named it)
+    read_config(directory, kind, mask_id=0 if kind == "fast_dllm_v2" else None)
     try:
         tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
     except CheckpointError as error:
         raise CheckpointError(f"cannot load the tokenizer of {name_or_path}: {error}") from None
-    network = load_diffusion_lm(directory, kind, _DTYPES[dtype], device)
+    network = load_diffusion_lm(directory, kind, _DTYPES[dtype], device, _tokenizer_mask_id(tokenizer, kind))
     if tokenizer.mask_token_id is not None and tokenizer.mask_token_id != network.mask_id:
         raise CheckpointError(f"{name_or_path}: the tokenizer's mask token {tokenizer.mask_token_id} is not the "
                               f"config's mask_token_id {network.mask_id}")
@@ -287,9 +295,19 @@ def _quiet_foreign_model_type() -> None:
         logger.addFilter(_ForeignModelType())
 
 
-def native_tokenizer(directory: Path, kind: Literal["llada", "dream"], *, trust_remote_code: bool = False,
+def _tokenizer_mask_id(tokenizer: Any, kind: str) -> int | None:
+    """Fast-dLLM v2's mask id, read from its tokenizer (None: the config's, for the other kinds)."""
+    if kind != "fast_dllm_v2":
+        return None
+    mask_id = tokenizer.convert_tokens_to_ids(FAST_DLLM_V2_MASK_TOKEN)
+    if mask_id is None or mask_id == tokenizer.unk_token_id:
+        raise CheckpointError(f"the tokenizer has no {FAST_DLLM_V2_MASK_TOKEN} token (Fast-dLLM v2's mask)")
+    return int(mask_id)
+
+
+def native_tokenizer(directory: Path, kind: NativeKind, *, trust_remote_code: bool = False,
                      local_files_only: bool = True) -> Any:
-    """The tokenizer of a LLaDA / Dream checkpoint directory, through AutoTokenizer.
+    """The tokenizer of a LLaDA / Dream / Fast-dLLM v2 checkpoint directory, through AutoTokenizer.
 
     Dream's tokenizer_config names remote code (DreamTokenizer, a Qwen2 byte-level BPE): unless
     `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer from the same files.

@@ -1,10 +1,12 @@
-"""mdmkit's own network for pretrained masked diffusion LLMs (LLaDA, Dream): one module, configured per model.
+"""mdmkit's own network for pretrained diffusion LLMs (LLaDA, Dream, Fast-dLLM v2): one module, configured per model.
 
-Both are Llama-style stacks run without a causal mask: pre-RMSNorm blocks, rotary positions (rotate-half),
-grouped-query attention and a SwiGLU MLP. They differ only in a few settings, which `DiffusionLMConfig` names:
-q/k/v biases (Dream), where the rotation is computed (LLaDA in float32, Dream in the weights' dtype), where
-position ids start under left padding (Dream: at each row's first real token), and Dream's output layout (the
-logits at i-1 predict token i; `shift_logits` re-aligns them as Dream's own sampler does). Reading a hub
+All are Llama-style stacks: pre-RMSNorm blocks, rotary positions (rotate-half), grouped-query attention and a
+SwiGLU MLP. They differ only in a few settings, which `DiffusionLMConfig` names: q/k/v biases (Dream, Fast-dLLM
+v2), where the rotation is computed (LLaDA in float32, the Qwen2 models in the weights' dtype), where position ids
+start under left padding (Dream: at each row's first real token), the output layout (the logits at i-1 predict
+token i; `shift_logits` re-aligns them as the models' own samplers do), and the attention pattern: bidirectional
+(LLaDA, Dream) or block-causal (Fast-dLLM v2, `attention_block`: a token sees its own block and every earlier one,
+blocks counted from absolute position 0, so finished blocks can sit in an exact KV cache). Reading a hub
 checkpoint into this network is `mdmkit.models.llm_checkpoints`.
 
 The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works unchanged.
@@ -43,6 +45,7 @@ class DiffusionLMConfig(Validated):
     rope_fp32: bool = True  # rotate q/k in float32 (LLaDA); False: in the weights' dtype (Qwen2 / Dream)
     pad_positions: bool = False  # under a key-padding mask, positions start at each row's first real token
     shift_logits: bool = False  # Dream: position i reads the output of i - 1 (position 0 keeps its own)
+    attention_block: int | None = None  # block-causal attention in blocks of this many positions (None: bidirectional)
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden", "max_positions"):
@@ -54,6 +57,8 @@ class DiffusionLMConfig(Validated):
         require(0 <= self.mask_id < self.vocab_size, f"mask_id={self.mask_id} must be a token id below "
                                                      f"vocab_size={self.vocab_size}")
         require(self.rope_theta > 0 and self.rms_eps > 0, "rope_theta and rms_eps must be > 0")
+        require(self.attention_block is None or self.attention_block >= 1,
+                f"attention_block={self.attention_block} must be >= 1 or null")
 
     @property
     def head_dim(self) -> int:
@@ -159,6 +164,12 @@ def key_padding_keep(attn_mask: Any) -> torch.Tensor | None:
     return None
 
 
+def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, block: int) -> torch.Tensor:
+    """Bool [B, 1, Q, K] (True = may attend): a query sees the keys of its own block of `block` positions and of
+    every earlier block, blocks counted from absolute position 0 (positions [B or 1, Q] and [B or 1, K])."""
+    return ((query_positions // block)[:, None, :, None] >= (key_positions // block)[:, None, None, :])
+
+
 class DiffusionLM(nn.Module):
     """Tokens [B, L] (some of them `mask_id`) -> float32 logits [B, L, vocab_size], aligned with the positions."""
 
@@ -210,10 +221,18 @@ class DiffusionLM(nn.Module):
 
         `attn_mask`: bool, True = may attend, broadcast to [B, heads, L, cache + L] (None: every token sees every
         token). `positions` [B, L] (default: see `positions_for`). With `cache`, its keys and values come first in
-        the key sequence, and the first `commit` tokens of this call are appended to it.
+        the key sequence, and the first `commit` tokens of this call are appended to it. With `attention_block`,
+        a key-padding mask (or none) is combined with the block-causal mask, the cache taken to hold positions
+        0..T-1 as the default positions fill it; any other mask is the caller's whole pattern.
         """
         if positions is None:
             positions = self.positions_for(tokens, attn_mask, cache)
+        block = self.config.attention_block
+        if block is not None and (attn_mask is None or key_padding_keep(attn_mask) is not None):
+            past = torch.arange(0 if cache is None else cache.length, device=tokens.device)
+            keys = torch.cat([past[None].expand(positions.shape[0], -1), positions], 1)
+            causal = block_causal_mask(positions, keys, block)
+            attn_mask = causal if attn_mask is None else causal & attn_mask.bool()
         top = int(positions.max()) + 1
         if top > self.config.max_positions:
             raise ValueError(f"position {top - 1} exceeds the model's {self.config.max_positions} positions")

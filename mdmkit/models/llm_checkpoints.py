@@ -1,4 +1,4 @@
-"""Hub checkpoints of LLaDA and Dream read into mdmkit's `DiffusionLM`, without their remote code.
+"""Hub checkpoints of LLaDA, Dream and Fast-dLLM v2 read into mdmkit's `DiffusionLM`, without their remote code.
 
 A checkpoint directory holds `config.json` and `model.safetensors` (or `model.safetensors.index.json` and its
 shards). Each architecture contributes two small parts here: how its `config.json` maps to a
@@ -23,6 +23,8 @@ from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
 
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
 DREAM_MASK_ID = 151666  # DreamConfig's default mask_token_id
+FAST_DLLM_V2_MASK_ID = 151665  # Fast-dLLM v2's `|<MASK>|` (its generate's default mask_id; not in its config.json)
+FAST_DLLM_V2_BLOCK = 32  # the block its forward's attention is built for (its `bd_size` in every released config)
 _REQUIRED = object()
 
 
@@ -90,16 +92,18 @@ def _llada_config(fields: _Fields) -> dict[str, Any]:
     }
 
 
-def _dream_config(fields: _Fields) -> dict[str, Any]:
-    # Absent fields take DreamConfig's defaults.
+def _qwen2_checks(fields: _Fields) -> None:
     fields.refuse("hidden_act", "silu", "silu")
     fields.refuse("use_sliding_window", False, False)
-    fields.refuse("use_mrope", False, False)
     scaling = fields.raw.get("rope_scaling")
     plain = scaling is None or isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"
     if not plain:
         raise CheckpointError(f"{fields.source}: rope_scaling={scaling!r} is not supported by mdmkit's network "
                               "(only null)")
+
+
+def _qwen2_shape(fields: _Fields, mask_id: int) -> dict[str, Any]:
+    """The fields Dream and Fast-dLLM v2 share with Qwen2: sizes, q/k/v biases, rotary in the weights' dtype."""
     n_heads = fields.get("num_attention_heads")
     return {
         "vocab_size": fields.get("vocab_size"),
@@ -108,16 +112,35 @@ def _dream_config(fields: _Fields) -> dict[str, Any]:
         "n_heads": n_heads,
         "n_kv_heads": fields.get("num_key_value_heads", n_heads),
         "mlp_hidden": fields.get("intermediate_size"),
-        "mask_id": fields.get("mask_token_id", DREAM_MASK_ID),
+        "mask_id": fields.get("mask_token_id", mask_id),
         "rope_theta": fields.get("rope_theta", 10000.0, float),
         "rms_eps": fields.get("rms_norm_eps", 1e-6, float),
         "max_positions": fields.get("max_position_embeddings", 32768),
         "qkv_bias": True,
         "tie_embeddings": fields.get("tie_word_embeddings", False, bool),
         "rope_fp32": False,  # Qwen2 casts cos/sin to the weights' dtype and rotates there
-        "pad_positions": True,  # Dream's sampler: position ids = cumsum(attention_mask) - 1
+        "pad_positions": True,  # position ids = cumsum(attention_mask) - 1 (Dream's sampler; blocks from 0 per row)
         "shift_logits": True,
     }
+
+
+def _dream_config(fields: _Fields) -> dict[str, Any]:
+    # Absent fields take DreamConfig's defaults.
+    _qwen2_checks(fields)
+    fields.refuse("use_mrope", False, False)
+    return _qwen2_shape(fields, DREAM_MASK_ID)
+
+
+def _fast_dllm_v2_config(fields: _Fields) -> dict[str, Any]:
+    # Fast_dLLM_QwenConfig (a Qwen2Config with `bd_size`); its q/k/v biases are always on, its training-only
+    # fields (`conplemenrary_mask`) do not change inference.
+    _qwen2_checks(fields)
+    layer_types = fields.raw.get("layer_types") or []
+    if any(kind != "full_attention" for kind in layer_types):
+        raise CheckpointError(f"{fields.source}: layer_types={layer_types!r} is not supported by mdmkit's network "
+                              "(only full_attention)")
+    return {**_qwen2_shape(fields, FAST_DLLM_V2_MASK_ID),
+            "attention_block": fields.get("bd_size", FAST_DLLM_V2_BLOCK)}
 
 
 @dataclass(frozen=True)
@@ -165,11 +188,15 @@ _DREAM = Architecture(
 )
 
 
-ARCHITECTURES = {"llada": _LLADA, "dream": _DREAM}
+_FAST_DLLM_V2 = Architecture(_fast_dllm_v2_config, top=_DREAM.top, block=_DREAM.block, parts=_DREAM.parts,
+                             qkv=_DREAM.qkv)  # the hub tensor names are Qwen2's, as Dream's
+ARCHITECTURES = {"llada": _LLADA, "dream": _DREAM, "fast_dllm_v2": _FAST_DLLM_V2}
+MODEL_TYPES = {"llada": "llada", "dream": "dream", "fast_dllm_qwen": "fast_dllm_v2"}  # config.json model_type -> kind
 
 
-def read_config(directory: Path, kind: str) -> DiffusionLMConfig:
-    """The network config of the checkpoint in `directory`, read as a `kind` (llada | dream) config.json."""
+def read_config(directory: Path, kind: str, mask_id: int | None = None) -> DiffusionLMConfig:
+    """The network config of the checkpoint in `directory`, read as a `kind` (llada | dream | fast_dllm_v2)
+    config.json; `mask_id` overrides the config's (Fast-dLLM v2 names its mask token only in its tokenizer)."""
     path = directory / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{directory}: no config.json")
@@ -179,12 +206,13 @@ def read_config(directory: Path, kind: str) -> DiffusionLMConfig:
         raise CheckpointError(f"{path}: not readable JSON ({error})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: not a JSON object")
-    declared = str(raw.get("model_type", "")).lower()
-    if declared in ARCHITECTURES and declared != kind:
+    declared = MODEL_TYPES.get(str(raw.get("model_type", "")).lower())
+    if declared is not None and declared != kind:
         raise CheckpointError(f"{path}: a {raw['model_type']} checkpoint (model_type), not {kind}: load it as "
                               f"kind {declared} (hf.kind={declared})")
     try:
-        return DiffusionLMConfig(**ARCHITECTURES[kind].read(_Fields(raw, path)))
+        read = ARCHITECTURES[kind].read(_Fields(raw, path))
+        return DiffusionLMConfig(**{**read, **({} if mask_id is None else {"mask_id": mask_id})})
     except ConfigError as error:
         raise CheckpointError(f"{path}: {error}") from None
 
@@ -209,8 +237,9 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = torch.float32,
-                      device: str | torch.device = "cpu") -> DiffusionLM:
-    """A LLaDA (`kind="llada"`) or Dream (`kind="dream"`) checkpoint directory as a `DiffusionLM` in eval mode."""
+                      device: str | torch.device = "cpu", mask_id: int | None = None) -> DiffusionLM:
+    """A LLaDA, Dream or Fast-dLLM v2 checkpoint directory (`kind` llada | dream | fast_dllm_v2) as a `DiffusionLM`
+    in eval mode; `mask_id` as `read_config`'s."""
     from safetensors import SafetensorError, safe_open
 
     if kind not in ARCHITECTURES:
@@ -218,7 +247,7 @@ def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = tor
     directory = Path(directory).expanduser()
     if not directory.is_dir():
         raise CheckpointError(f"no model directory at {directory}")
-    config = read_config(directory, kind)
+    config = read_config(directory, kind, mask_id)
     names = ARCHITECTURES[kind].names(config)
     with torch.device("meta"):
         network = DiffusionLM(config)
