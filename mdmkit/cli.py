@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mdmkit.core.config import to_container
 from mdmkit.core.errors import ConfigError, MdmkitError
-from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
+from mdmkit.training.resume import ResumePlan, is_rank_zero, parse_overrides, plan_resume
 
 _resume: ResumePlan | None = None  # set by `train` when ckpt_path= names a run directory
 
@@ -62,12 +62,7 @@ def _set_up_process() -> None:
 
 def _task_fields(overrides: list[str]) -> set[str]:
     """The task fields a command line sets by name (`task.answer=path`, `~task.test_file`), not through `task=`."""
-    fields = set()
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.key_or_group
-        if key.startswith("task."):
-            fields.add(key.split(".")[1])
-    return fields
+    return {o.key_or_group.split(".")[1] for o in parse_overrides(overrides) if o.key_or_group.startswith("task.")}
 
 
 def _check_sweep_overrides(cfg: DictConfig, overrides: list[str]) -> None:
@@ -167,27 +162,24 @@ class FailedJobs(Callback):
             _failed_jobs.append(f"job {note['num']}{f' ({label})' if label else ''}: {note['error']}")
 
 
-def _before_hydra(check: Callable[[list[str]], Any]) -> Any:
-    """`check(argv)` before Hydra composes anything: a refusal is one line and status 2, and no run directory."""
+def _one_line_refusal(run: Callable[[list[str]], Any]) -> Any:
+    """`run(argv)`, a refusal (`MdmkitError`) ending in one line and status 2 (before Hydra: and no run directory)."""
     try:
-        return check(sys.argv[1:])
+        return run(sys.argv[1:])
     except MdmkitError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
 
 
 def _unknown_keys(config_name: str) -> Callable[[list[str]], None]:
-    """A check for `_before_hydra`: an override of a key its node does not have (`sampler.gama=0.1`) is refused
+    """A check for `_one_line_refusal`: an override of a key its node does not have (`sampler.gama=0.1`) is refused
     naming the close key and the valid ones, where Hydra would suggest appending it (`+sampler.gama`)."""
 
     def check(argv: list[str]) -> None:
         from hydra import compose, initialize_config_module
         from hydra.errors import ConfigCompositionException
 
-        try:
-            overrides = OverridesParser.create().parse_overrides([a for a in argv if "=" in a and a[0] != "-"])
-        except Exception:  # noqa: BLE001 -- malformed overrides: Hydra says what is wrong with them
-            return
+        overrides = parse_overrides([a for a in argv if "=" in a and a[0] != "-"])
         plain = [o.input_line for o in overrides
                  if not o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
         with initialize_config_module("mdmkit.conf", version_base="1.3"):
@@ -227,11 +219,11 @@ def train() -> None:
     goes on in its directory with its saved config, the overrides given now on top (see training/resume.py)."""
     global _resume
     _set_up_process()
-    _resume = _before_hydra(plan_resume)
+    _resume = _one_line_refusal(plan_resume)
     if _resume is not None:
         sys.argv[1:] = _resume.argv
     else:
-        _before_hydra(_unknown_keys("train"))
+        _one_line_refusal(_unknown_keys("train"))
     _train()
     _exit_if_jobs_failed()
 
@@ -270,11 +262,7 @@ def _train(cfg: DictConfig) -> None:
 def _check_task_named(argv: list[str]) -> None:
     """`task.FIELD=...` needs `task=NAME` beside it: evaluate.py has no task until one is named (the checkpoint's
     own otherwise), and Hydra's own refusal suggests `+task.FIELD`, which builds no task at all."""
-    candidates = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
-    try:
-        overrides = OverridesParser.create().parse_overrides(candidates)
-    except Exception:  # noqa: BLE001 -- malformed overrides: Hydra says what is wrong with them
-        return
+    overrides = parse_overrides([arg for arg in argv if "=" in arg and not arg.startswith("-")])
     keys = [o.key_or_group for o in overrides]
     fields = [o.input_line for o in overrides if o.key_or_group.startswith("task.")]
     if fields and "task" not in keys:
@@ -285,8 +273,8 @@ def _check_task_named(argv: list[str]) -> None:
 def evaluate() -> None:
     """`evaluate.py [key=value ...]`; with `-m`, exits with status 2 after the sweep if any of its jobs failed."""
     _set_up_process()
-    _before_hydra(_check_task_named)
-    _before_hydra(_unknown_keys("evaluate"))
+    _one_line_refusal(_check_task_named)
+    _one_line_refusal(_unknown_keys("evaluate"))
     _evaluate()
     _exit_if_jobs_failed()
 
@@ -329,14 +317,10 @@ def lm_eval() -> None:
     from mdmkit.evaluation.lm_eval_nfe import with_nfe
 
     _set_up_process()
-    _before_hydra(_check_lm_eval_model_args)
+    _one_line_refusal(_check_lm_eval_model_args)
     if "--include_path" not in sys.argv:
         sys.argv += ["--include_path", str(Path(__file__).parent / "lm_eval_tasks")]
     if not hasattr(harness.simple_evaluate, "mdmkit_nfe"):  # the CLI reads `lm_eval.simple_evaluate`
         harness.simple_evaluate = with_nfe(harness.simple_evaluate)
-    try:
-        cli_evaluate()
-    except MdmkitError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    _one_line_refusal(lambda argv: cli_evaluate())
     leave_process_group()  # a data-parallel run (the mdmkit model joined torchrun's group)

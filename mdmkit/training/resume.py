@@ -47,11 +47,12 @@ def _key(override: Any) -> str:
     return override.key_or_group + (f"@{override.package}" if override.package else "")
 
 
-def _parse(overrides: list[str]) -> list[Any]:
+def parse_overrides(overrides: list[str]) -> list[Any]:
+    """Hydra's parse of `overrides`; none where one is malformed (Hydra itself reports it, in its own words)."""
     try:
         return OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException:
-        return []  # Hydra itself reports a malformed override, in its own words
+        return []
 
 
 def run_directory(path: str | Path) -> tuple[Path, Path] | None:
@@ -127,7 +128,7 @@ def plan_resume(argv: list[str]) -> ResumePlan | None:
     """The resumed command line for `argv` (the arguments after the program) when `ckpt_path=` names a run."""
     flags = [a for a in argv if "=" not in a or a.startswith("-")]
     given = [a for a in argv if "=" in a and not a.startswith("-")]
-    parsed = _parse(given)
+    parsed = parse_overrides(given)
     ckpt = [o for o in parsed if _key(o) == "ckpt_path" and not o.is_delete()]
     if not ckpt or not isinstance(ckpt[-1].value(), str) or any(f in _MULTIRUN for f in flags):
         return None
@@ -143,8 +144,8 @@ def plan_resume(argv: list[str]) -> ResumePlan | None:
     hydra = [o for o in OmegaConf.select(hydra_saved, "hydra.overrides.hydra", default=[]) or []
              if not o.startswith(_PER_JOB)]
     given = [o.input_line for o in parsed if _key(o) != "ckpt_path"] + [_override("ckpt_path", checkpoint)]
-    now = {_key(o) for o in _parse(given)}
-    kept = [o.input_line for o in _parse(original + hydra) if _key(o) not in now]  # today's win, key by key
+    now = {_key(o) for o in parse_overrides(given)}
+    kept = [o.input_line for o in parse_overrides(original + hydra) if _key(o) not in now]  # today's win, key by key
     # Hydra leaves .hydra/ alone (a resume that fails its checks must not change the run): `record` writes it
     run = [] if "hydra.run.dir" in now else [_override("hydra.run.dir", run_dir)]
     run.append("hydra.output_subdir=null")
