@@ -12,6 +12,7 @@ import inspect
 import re
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, Union
 
 from hydra.errors import InstantiationException
@@ -81,10 +82,11 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True
 
 
-def _admits_tuple(annotation: Any) -> bool:
+def _admits(annotation: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether `annotation`, or for a union any of its members, passes `test`."""
     if typing.get_origin(annotation) in (Union, types.UnionType):
-        return any(_admits_tuple(arg) for arg in typing.get_args(annotation))
-    return typing.get_origin(annotation) is tuple
+        return any(_admits(arg, test) for arg in typing.get_args(annotation))
+    return test(annotation)
 
 
 def _describe(annotation: Any) -> str:
@@ -101,7 +103,8 @@ class Validated:
         hints = typing.get_type_hints(type(self))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, list) and _admits_tuple(hints[field.name]):  # YAML has lists, not tuples
+            # YAML has lists, not tuples
+            if isinstance(value, list) and _admits(hints[field.name], lambda a: typing.get_origin(a) is tuple):
                 value = tuple(value)
                 object.__setattr__(self, field.name, value)
             require(
@@ -122,12 +125,10 @@ _UNEXPECTED_KWARG = re.compile(r"unexpected keyword argument '(\w+)'")
 
 def _target_keys(node: DictConfig) -> list[str]:
     try:
-        from hydra._internal.utils import _locate
-
-        target = _locate(node["_target_"])
-        return [p for p in inspect.signature(target).parameters if p not in ("self", "args", "kwargs")]
-    except Exception:  # noqa: BLE001 -- best effort: an unlocatable target simply lists no keys
+        parameters = inspect.signature(_located(node["_target_"])).parameters
+    except Exception:  # noqa: BLE001 -- best effort: an unlocatable target (None here) simply lists no keys
         return []
+    return [p for p in parameters if p not in ("self", "args", "kwargs")]
 
 
 def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
@@ -167,15 +168,9 @@ def _located(target: Any) -> Any:
 def _typed(value: Any, annotation: Any) -> Any:
     """An integer given where the field takes a float (and not an int) as that float: `gamma=1` is `gamma=1.0`."""
     if isinstance(value, int) and not isinstance(value, bool) and _matches(0.5, annotation) \
-            and not _admits_int(annotation):
+            and not _admits(annotation, lambda a: a is int or a is Any):
         return float(value)
     return value
-
-
-def _admits_int(annotation: Any) -> bool:
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        return any(_admits_int(arg) for arg in typing.get_args(annotation))
-    return annotation is int or annotation is Any
 
 
 def identity(node: Any) -> Any:
