@@ -30,11 +30,6 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return out
 
 
-def aup_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """[family, AUP] for every family of `rows` whose rows record tokens per step (analysis/aup.py)."""
-    return [[family, value] for family, value in family_aup(rows, derive_family).items()]
-
-
 def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output_dir: Path | None,
              name: str, plot: Path | None = None) -> None:
     """Log `rows` to one wandb run (nothing if `settings` is empty or mode is 'disabled')."""
@@ -50,9 +45,9 @@ def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output
         logged = {"results": table,
                   "accuracy_vs_nfe": wandb.plot.scatter(table, "nfe_mean", "accuracy",
                                                         title=f"{name}: accuracy vs NFE")}
-        aups = aup_rows(rows)
+        aups = family_aup(rows, derive_family)  # the families whose rows record tokens per step
         if aups:
-            logged["aup_by_family"] = wandb.Table(columns=["family", "aup"], data=aups)
+            logged["aup_by_family"] = wandb.Table(columns=["family", "aup"], data=[list(item) for item in aups.items()])
         if plot is not None and plot.exists():
             logged["pareto"] = wandb.Image(str(plot))
         run.log(logged)

@@ -93,8 +93,8 @@ class MBPPTask(CodeTask):
         require(all(i in MBPP_SPLITS["prompt"] for i in self.fewshot_ids), "fewshot_ids must lie in 1..10 "
                                                                           "(the prompt split)")
 
-    def extra_settings(self) -> dict[str, Any]:
-        return {"fewshot_ids": list(self.fewshot_ids[: self.shots])}
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "fewshot_ids": list(self.fewshot_ids[: self.shots])}
 
     def post_filter(self, docs: list[dict], split: str) -> list[dict]:
         # The local file is the whole release: keep the split's id range (hub splits already are).

@@ -40,8 +40,8 @@ class GSM8KTask(TextTask):
     max_gen_len: int = 256
     style: Literal["eb", "lm_eval"] = "eb"
 
-    def extra_settings(self) -> dict[str, Any]:
-        return {"style": self.style}
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "style": self.style}
 
     def fewshot_docs(self) -> list[dict]:
         return self.docs("train")[: self.shots] if self.shots else []

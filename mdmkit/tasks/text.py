@@ -140,11 +140,8 @@ class TextTask(Validated):
         return [self.format_prompt(doc, fewshot) for doc in self.docs("test")]
 
     def settings(self) -> dict[str, Any]:
-        return {"shots": self.shots, "max_gen_len": self.max_gen_len, "stop": self.stop_phrases, "chat": self.chat,
-                **self.extra_settings()}
-
-    def extra_settings(self) -> dict[str, Any]:
-        return {}
+        """What determines the prompts and generations beside the documents (benchmarks add their own)."""
+        return {"shots": self.shots, "max_gen_len": self.max_gen_len, "stop": self.stop_phrases, "chat": self.chat}
 
     def fingerprint(self) -> str:
         """Prompts and stop phrases determine the measurement; a hash of them keys results rows."""
