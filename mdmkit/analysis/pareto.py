@@ -3,14 +3,7 @@
 Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.io.results`). A point is one
 evaluation: (`nfe_mean`, `accuracy`) and the row as payload. Rows of kind "oracle" are the oracle NFE floor of a
 reference run: they are kept under the family "oracle", drawn as a reference curve, and never enter the overall
-front of real samplers.
-
-Conventions:
-- a front is sorted by NFE, with strictly increasing accuracy;
-- `interpolate_accuracy` is piecewise-linear on [min NFE, max NFE] of the front and returns None outside it
-  (no extrapolation, no clamping);
-- `nfe_at_accuracy` returns the front's first NFE for a target at or below its first accuracy, interpolates
-  between front points, and returns None above its best accuracy.
+front of real samplers. A front is sorted by NFE, with strictly increasing accuracy.
 
 Figures are drawn by `mdmkit.analysis.pareto_plot`, tables written by `mdmkit.analysis.pareto_tables`; this
 module imports neither matplotlib nor torch, so reading results stays cheap.
@@ -53,14 +46,8 @@ PointLike = Point | tuple[float, float] | tuple[float, float, Any]
 
 
 def derive_family(row: Mapping[str, Any]) -> str:
-    """The family a row's front is drawn under: its `family` (for a row being made: the one
-    `results.sampler_family` derives from its sampler config), qualified by its `preset` where that option is
-    more than the rule's plain one (`results.preset_family`).
-
-    `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy" (P2: its `score` stands
-    in for the ordering); oracle rows -> "oracle"; an approximate KV cache is named: "eb-confidence+dual"; a row
-    of `sampler=llada` -> "llada (steps-confidence)", apart from plain `sampler=steps` rows ("steps-confidence").
-    """
+    """The family a row's front is drawn under: its `family` (else `results.sampler_family` of its sampler config),
+    qualified by its `preset` (`results.preset_family`): "eb-entropy", "llada (steps-confidence)", "oracle"."""
     family = str(row.get("family") or sampler_family(row.get("sampler"), row.get("kind")))
     preset = row.get("preset")
     return preset_family(family, preset if isinstance(preset, str) else None)
@@ -169,10 +156,9 @@ def sort_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _number(value: Any) -> float:
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
-    return number
 
 
 def points(rows: Iterable[Mapping[str, Any]]) -> list[Point]:

@@ -3,14 +3,8 @@
 lm-eval keeps what `generate_until` returns as the request's response, unchanged up to the task's filters and
 `process_results`, and pickles it when it gathers ranks or caches responses. So each answer is returned as a
 `Generation`: a `str` (every filter and metric reads it as the text) that also carries the forward passes of
-its row, to full length and to the stop point.
-
-- mdmkit's tasks (`mdmkit_gsm8k`, ...) read them in `process_results` and report `nfe` and `nfe_to_stop` as
-  metrics beside accuracy (`mdmkit/lm_eval_tasks/utils.py`), in the results table and JSON, across ranks.
-- For any task, `attach_nfe(results)` copies them into every logged sample (`--log_samples`) as `mdmkit_nfe` and
-  `mdmkit_nfe_to_stop` (one entry per generation of the document); `mdmkit-lm-eval` applies it to what
-  `simple_evaluate` returns (`with_nfe`), so the samples files carry them. The per-task summary of the model's
-  own records (`summarize`) goes into the results JSON under `config.mdmkit.nfe` (`MdmkitLM.get_model_info`).
+its row, to full length and to the stop point. mdmkit's tasks report them as metrics (`lm_eval_tasks/utils.py`);
+for any task, `attach_nfe` copies them into the logged samples.
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@ A row carries what is needed to trust and re-find it later: the checkpoint's con
 commit and package versions, the machine, and a `key` over everything that determines the measurement
 (checkpoint, task data, sampler, seed, limit), so a re-run sweep can skip what is already done.
 
-It also names rows, the same way in console lines, tables and plots: `sampler_family` (the sampling rule, from the
-sampler config), `preset_family` (that family, qualified by the `conf/sampler` option a row came from where the
-option is more than the rule's plain option: "llada (steps-confidence)") and `sampler_settings` (the values that
-tell runs of a family apart: "gamma=0.001"). The row's `preset` is a name beside the config, never part of `key`.
+It also names rows, the same way in console lines, tables and plots (`sampler_family`, `preset_family`,
+`sampler_settings`). The row's `preset` (the `conf/sampler` option) is a name beside the config, never in `key`.
 """
 
 from __future__ import annotations
@@ -163,7 +161,6 @@ def check_writable(path: str | Path) -> None:
             path.unlink(missing_ok=True)  # no empty file left by a run that fails later (ranks race here)
     except OSError as error:
         raise ConfigError(f"results_file={path} cannot be written: {error.strerror or error}") from None
-
 
 
 # ---------------------------------------------------------------------------------------- names and labels
