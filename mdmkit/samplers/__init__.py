@@ -1,3 +1,4 @@
+from mdmkit.samplers.block_diffusion import BlockDiffusionSampler
 from mdmkit.samplers.counting import ForwardCounter
 from mdmkit.samplers.credit import CreditSampler
 from mdmkit.samplers.dus import DUSSampler
@@ -19,6 +20,7 @@ from mdmkit.samplers.topk import TopKSampler
 from mdmkit.samplers.wino import WinoSampler
 
 __all__ = [
+    "BlockDiffusionSampler",
     "CreditSampler",
     "DUSSampler",
     "DreamStepsSampler",
