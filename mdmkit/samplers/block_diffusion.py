@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, without_mask
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
@@ -211,10 +210,6 @@ class _SubBlocks:
         logits[whole], logits[~whole] = block, sub
         return logits
 
-    def forward_with_hidden(self, *_: Any, **__: Any) -> Any:
-        raise CapabilityError("a rule that reads hidden states (NI's indicator) cannot run inside a block: block "
-                              "diffusion's forwards are cached")
-
     def _block(self, state: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """A forward over the whole block (its current sub-block's state `state`) against the exact cache."""
         decode, outer = self.decode, self.rows[rows]
@@ -268,7 +263,7 @@ class _SubBlockStop:
 class BlockDiffusionSampler(Sampler):
     """Block diffusion decoding for block-causal networks (Fast-dLLM v2): see the module.
 
-    `rule` fills each sub-block (any masked sampler without blocks or a cache of its own); its temperature and
+    `rule` fills each sub-block (any masked sampler without blocks of its own); its temperature and
     top_p also choose the token each committing forward predicts.
     """
 
@@ -284,10 +279,8 @@ class BlockDiffusionSampler(Sampler):
         require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")
         require(1 <= self.sub_block <= self.block_size and self.block_size % self.sub_block == 0,
                 f"sub_block={self.sub_block} must divide block_size={self.block_size}")
-        require(isinstance(self.rule, MaskedSampler), "rule must be a masked sampler (e.g. ThresholdSampler)")
+        # (a rule without blocks has no cache of its own either: the masked loop's caches need block_length)
         require(self.rule.block_length is None, "rule.block_length must be null: the rule fills one sub-block")
-        require(self.rule.cache == "none", f"rule.cache={self.rule.cache} must be none: finished blocks are in an "
-                                           "exact cache (block_cache=true for the sub-block cache)")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         decode = _Decode(self, network, canvas)

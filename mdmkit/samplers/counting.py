@@ -90,6 +90,12 @@ class ForwardCounter:
         must then start one position early to compute."""
         return bool(getattr(self._network, "shift", False))
 
+    @property
+    def block_causal(self) -> bool:
+        """Whether the network attends block-causally (Fast-dLLM v2's `attention_block`): a finished block never
+        changes, so block diffusion caches it exactly; the masked loop's approximate caches do not apply."""
+        return getattr(getattr(self._network, "config", None), "attention_block", None) is not None
+
     def noncausal(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> Any:
         """`causal_head`: the trunk pass (a full forward) of a self-speculative network."""
         network = self._network_with(CAUSAL_HEAD)

@@ -57,6 +57,8 @@ class BlockCache:
     def __init__(self, mode: CacheMode, network: ForwardCounter, attention_mask: torch.Tensor | None,
                  length: int) -> None:
         require(mode in ("prefix", "dual"), f"internal: no block cache for cache={mode}")
+        require(not network.block_causal, f"cache={mode} approximates a bidirectional network; this one is "
+                                          "block-causal: decode it with sampler=block_diffusion (an exact cache)")
         self.mode, self.network, self.keep, self.length = mode, network, attention_mask, length
         self.n_layers = network.n_layers
         self.shifted = network.shifted_logits
