@@ -1,0 +1,224 @@
+"""The LLM path at real size on a GPU: tokens/s, ms per forward beside its roofline, peak memory, host syncs.
+
+    python -m benchmarks.bench_llm_path --device cuda                    # the GPU page (docs/results/llm_path_gpu)
+    python -m benchmarks.bench_llm_path --device cuda --models llada-8b --prompts 512 --batches 1 --budget-s 240
+    python -m benchmarks.bench_llm_path --scale 512,4 --out docs/results/llm_path_cpu   # the same run on a CPU
+    python -m benchmarks.bench_llm_path --page-only --out docs/results/llm_path_gpu      # re-make from <out>.jsonl
+
+Cases run in order of importance (batch 1 first, then larger batches; the first model first) and each is written
+to `<out>.jsonl` as soon as it is measured, so a run cut short keeps what it did; `--budget-s` stops starting
+new cases once that many seconds have passed. A case that runs out of memory is recorded as such. See
+`benchmarks.llm_path` for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.llm_path import (
+    CARDS,
+    MODES,
+    PRESETS,
+    canvas,
+    card_of,
+    case_record,
+    generate,
+    model_shape,
+    random_llm,
+    scaled,
+    steps_sampler,
+)
+from benchmarks.llm_path_page import write_llm_path_page
+from mdmkit import api
+from mdmkit.analysis.pages import Page, command_line, run_script, stamp
+from mdmkit.core.errors import MdmkitError
+
+RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "prophet", "dus", "wino")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--prompts", type=int, nargs="+", default=[512, 1024])
+    parser.add_argument("--answer", type=int, default=256)
+    parser.add_argument("--block", type=int, default=32)
+    parser.add_argument("--steps-per-block", type=int, default=8, help="forwards per block in every mode")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--repeats", type=int, default=2, help="timed generations per case (the median is kept)")
+    parser.add_argument("--rules", nargs="*", default=list(RULES), help="rule presets timed for overhead")
+    parser.add_argument("--rule-batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                        help="default: bfloat16 on a GPU, float32 on a CPU")
+    parser.add_argument("--scale", default=None, metavar="WIDTH,LAYERS",
+                        help="the presets at this width and depth (the real vocabulary), for a CPU run")
+    parser.add_argument("--card", default=None, choices=list(CARDS), help="roofline figures (default: detected)")
+    parser.add_argument("--budget-s", type=float, default=None, help="start no new case after this many seconds")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output prefix (default docs/results/llm_path_gpu on a GPU, llm_path_cpu on a CPU)")
+    parser.add_argument("--page-only", action="store_true", help="re-make the page from <out>.jsonl and <out>.json")
+    parser.add_argument("--note", action="append", default=[], help="a line under the page's notes (repeatable)")
+    args = parser.parse_args(argv)
+    gpu = args.device.startswith("cuda")
+    if gpu and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device here")
+    args.dtype = args.dtype or ("bfloat16" if gpu else "float32")
+    args.out = args.out or Path("docs/results/llm_path_gpu" if gpu else "docs/results/llm_path_cpu")
+    if args.scale is not None:
+        try:
+            width, layers = (int(part) for part in args.scale.split(","))
+        except ValueError:
+            parser.error(f"--scale {args.scale}: expected WIDTH,LAYERS, e.g. 512,4")
+        args.scale = (width, layers)
+    return args
+
+
+def _median_case(generations: list, **keys: Any) -> dict[str, Any]:
+    records = [case_record(g, **keys) for g in generations]
+    middle = statistics.median_low(r["seconds"] for r in records)
+    return next(r for r in records if r["seconds"] == middle)
+
+
+class Run:
+    """The cases of one invocation, each appended to `<out>.jsonl` when measured."""
+
+    def __init__(self, args: argparse.Namespace, page: Page) -> None:
+        self.args, self.page = args, page
+        self.device = torch.device(args.device)
+        self.dtype = getattr(torch, args.dtype)
+        self.hardware = CARDS[args.card] if args.card else card_of(self.device)
+        self.started = time.monotonic()
+        self.cases: list[dict[str, Any]] = []
+        self.rules: list[dict[str, Any]] = []
+        self.parameters: dict[str, int] = {}
+        self.syncs: dict[tuple, tuple[int, int, int]] = {}  # (model, prompt, mode) -> loop, network, forwards
+        page.file(".jsonl").write_text("")
+
+    def out_of_time(self) -> bool:
+        budget = self.args.budget_s
+        return budget is not None and time.monotonic() - self.started > budget
+
+    def keep(self, record: dict[str, Any], into: list) -> None:
+        into.append(record)
+        with self.page.file(".jsonl").open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in record.items()}
+        print(json.dumps(shown), flush=True)
+
+    def model(self, name: str) -> None:
+        config = PRESETS[name] if self.args.scale is None else scaled(PRESETS[name], *self.args.scale)
+        network = random_llm(config, self.device, self.dtype)
+        self.parameters[name] = network.num_parameters()
+        shape = model_shape(config, torch.finfo(self.dtype).bits // 8)
+        print(f"{name}: {self.parameters[name] / 1e9:.2f}B parameters on {self.device} in {self.args.dtype}",
+              flush=True)
+        for prompt in self.args.prompts:
+            for mode in self.args.modes:  # warm-up, counting host syncs
+                warm = generate(network, self._canvas(network, prompt, 1), self._sampler(mode))
+                self.syncs[name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
+            for batch in self.args.batches:
+                for mode in self.args.modes:
+                    if self.out_of_time():
+                        return
+                    self.case(network, name, shape, prompt, batch, mode)
+        if self.args.rules:
+            self.rule_overheads(network, name)
+        del network
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _canvas(self, network: Any, prompt: int, batch: int, answer: int | None = None) -> torch.Tensor:
+        return canvas(prompt, answer or self.args.answer, batch, network.vocab_size, network.mask_id)
+
+    def _sampler(self, mode: str) -> Any:
+        return steps_sampler(mode, self.args.steps_per_block, self.args.block)
+
+    def case(self, network: Any, name: str, shape: Any, prompt: int, batch: int, mode: str) -> None:
+        keys = {"model": name, "prompt": prompt, "answer": self.args.answer, "batch": batch, "mode": mode}
+        try:
+            runs = [generate(network, self._canvas(network, prompt, batch), self._sampler(mode), count_syncs=False)
+                    for _ in range(self.args.repeats)]
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            self.keep({**keys, "error": "out of memory"}, self.cases)
+            return
+        record = _median_case(runs, shape=shape, hardware=self.hardware, **keys)
+        loop, inside, forwards = self.syncs[name, prompt, mode]
+        record.update(loop_syncs_per_forward=loop / forwards, network_syncs_per_forward=inside / forwards)
+        self.keep(record, self.cases)
+
+    def rule_overheads(self, network: Any, name: str) -> None:
+        prompt = self.args.prompts[0]
+        for rule in self.args.rules:
+            for batch in self.args.rule_batches:
+                if self.out_of_time():
+                    return
+                keys = {"model": name, "rule": rule, "batch": batch, "cache": "dual"}
+                try:
+                    try:
+                        sampler = api.sampler(rule, block_length=self.args.block, cache="dual")
+                    except MdmkitError:  # a rule that runs full forwards only (WINO's shadow block, ...)
+                        sampler = api.sampler(rule, block_length=self.args.block)
+                        keys["cache"] = "none"
+                    tokens = self._canvas(network, prompt, batch, answer=self.args.block)
+                    generate(network, tokens, sampler, count_syncs=False)  # warm-up
+                    counted = generate(network, tokens, sampler)
+                    timed = generate(network, tokens, sampler, count_syncs=False)
+                except (MdmkitError, torch.cuda.OutOfMemoryError) as error:
+                    self.keep({**keys, "error": str(error).splitlines()[0][:120]}, self.rules)
+                    continue
+                self.keep({**keys, "forwards": len(timed.forwards),
+                           "loop_share": 1 - timed.forward_seconds / timed.seconds,
+                           "loop_syncs_per_forward": counted.loop_syncs / len(counted.forwards)}, self.rules)
+
+    def record(self, command: str) -> dict[str, Any]:
+        setup = {k: v for k, v in vars(self.args).items() if k not in ("out", "note", "page_only")}
+        return {"command": command, **stamp(), "device": _device_name(self.device),
+                "hardware": None if self.hardware is None else self.hardware.name,
+                "hardware_figures": None if self.hardware is None else asdict(self.hardware),
+                "threads": torch.get_num_threads(), "parameters": self.parameters, "setup": setup,
+                "notes": self.args.note}
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({torch.get_num_threads()} threads)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    page = Page(args.out)
+    if args.page_only:
+        record = json.loads(page.file(".json").read_text())
+        rows = [json.loads(line) for line in page.file(".jsonl").read_text().splitlines() if line.strip()]
+        cases, rules = [r for r in rows if "mode" in r], [r for r in rows if "rule" in r]
+        record = {k: v for k, v in record.items() if k not in ("cases", "rules")}
+        print("wrote " + ", ".join(map(str, write_llm_path_page(page, record, cases, rules))))
+        return
+    run = Run(args, page)
+    torch.set_grad_enabled(False)
+    for name in args.models:
+        if run.out_of_time():
+            break
+        run.model(name)
+    record = run.record(command_line(__file__, argv))
+    print("wrote " + ", ".join(map(str, write_llm_path_page(page, record, run.cases, run.rules))))
+
+
+if __name__ == "__main__":
+    run_script(main, "bench_llm_path")

@@ -1,0 +1,271 @@
+"""The LLM path at real size: time per forward, tokens/s and peak memory of `cache=none|prefix|dual`, each
+forward beside its roofline, and the host synchronisations of the step loop.
+
+The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct and Dream-v0-Instruct-7B
+(their hub config.json values), with seeded random weights made directly on the device in the run's dtype (no
+download, and no float32 copy on the host). Random weights make confidence-based reveal counts meaningless, so
+every mode runs the same fixed schedule (`StepsSampler`: `steps_per_block` forwards per block of 32) and does
+the same NFE; only what a forward computes differs.
+
+Timing: each forward of the network is bracketed by CUDA events (on a CPU, by the clock: its kernels run
+synchronously), summed after the generation; the generation's wall clock includes everything else (the sampler's
+work and the host waiting on the GPU). A host synchronisation is any call that makes Python wait for a tensor's
+value (`.item()`, `.tolist()`, `.cpu()`, `bool()`/`int()`/`float()` of a tensor, `nonzero`, `torch.equal`): counted by
+wrapping those methods for one generation, apart for the loop and inside the network.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from benchmarks.roofline import Hardware, ModelShape, forward_breakdown
+from mdmkit.models.denoiser import KVCache
+from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+from mdmkit.samplers import ForwardCounter, StepsSampler
+from mdmkit.samplers.protocol import Sampler
+
+MODES = ("none", "prefix", "dual")
+
+# the hub config.json values (../shared/reference_models/*/SOURCE.md); max_positions covers prompt 1024 + 256
+PRESETS = {
+    "llada-8b": DiffusionLMConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
+                                  mlp_hidden=12288, mask_id=126336, rope_theta=500000.0, rms_eps=1e-5,
+                                  max_positions=4096),
+    "dream-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
+                                  mlp_hidden=18944, mask_id=151666, rope_theta=1e6, rms_eps=1e-6, max_positions=4096,
+                                  qkv_bias=True, rope_fp32=False, pad_positions=True, shift_logits=True),
+}
+
+# dense bf16 tensor-core rate and HBM bandwidth from the vendors' data sheets (SXM parts)
+CARDS = {
+    "H200": Hardware("NVIDIA H200 SXM (data sheet: 989 TFLOP/s dense bf16, 4.8 TB/s)", 989e12, 989e12, 4.8e12),
+    "H100": Hardware("NVIDIA H100 SXM (data sheet: 989 TFLOP/s dense bf16, 3.35 TB/s)", 989e12, 989e12, 3.35e12),
+    "A100": Hardware("NVIDIA A100 80GB SXM (data sheet: 312 TFLOP/s dense bf16, 2.04 TB/s)", 312e12, 312e12,
+                     2.039e12),
+}
+
+
+def card_of(device: torch.device) -> Hardware | None:
+    """The data-sheet figures of the GPU at `device` (None: a CPU or a card not listed in `CARDS`)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((hardware for key, hardware in CARDS.items() if key in name), None)
+
+
+def scaled(config: DiffusionLMConfig, width: int, layers: int) -> DiffusionLMConfig:
+    """`config` at a width and depth a CPU can run: heads of the same size ratio, the real vocabulary."""
+    heads = max(1, config.n_heads * width // config.d_model)
+    kv_heads = max(1, heads * config.n_kv_heads // config.n_heads)
+    while heads % kv_heads:
+        kv_heads -= 1
+    return DiffusionLMConfig(**{**asdict(config), "d_model": heads * (width // heads), "n_layers": layers,
+                                "n_heads": heads, "n_kv_heads": kv_heads,
+                                "mlp_hidden": config.mlp_hidden * width // config.d_model})
+
+
+def random_llm(config: DiffusionLMConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> DiffusionLM:
+    """A `DiffusionLM` of `config` with N(0, 0.02) weights (norms at 1), allocated on `device` in `dtype` only."""
+    with torch.device("meta"):
+        network = DiffusionLM(config).to(dtype)
+    network = network.to_empty(device=device)
+    generator = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in network.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.fill_(1.0)
+            else:
+                parameter.normal_(0.0, 0.02, generator=generator)
+    return network.eval()
+
+
+def model_shape(config: DiffusionLMConfig, element_bytes: int) -> ModelShape:
+    """The roofline's view of `config`: gated MLP, the LM head counted, weights and KV in `element_bytes`."""
+    return ModelShape(name="", hidden_dim=config.d_model, ffn_dim=config.mlp_hidden, num_heads=config.n_heads,
+                      head_dim=config.head_dim, num_kv_heads=config.n_kv_heads, num_layers=config.n_layers,
+                      vocab_size=config.vocab_size, gated_ffn=True, weight_bytes=element_bytes,
+                      activation_bytes=element_bytes, kv_bytes=element_bytes)
+
+
+@dataclass
+class Forward:
+    """One call of the network: rows, new tokens per row, keys per row (cached + new) and its time."""
+
+    rows: int
+    tokens: int
+    keys: int
+    seconds: float = 0.0
+
+
+class ForwardClock:
+    """The network as the forward counter sees it, timing each call and noting its shape."""
+
+    def __init__(self, network: DiffusionLM, syncs: SyncCounter | None = None) -> None:
+        self.network, self.syncs = network, syncs
+        self.capabilities, self.n_layers, self.mask_id = network.capabilities, network.n_layers, network.mask_id
+        self.shift = network.shift
+        self.cuda = next(network.parameters()).device.type == "cuda"
+        self.forwards: list[Forward] = []
+        self._events: list[tuple[Any, Any]] = []
+
+    def __call__(self, tokens: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        cache = kwargs.get("cache")
+        past = cache.length if isinstance(cache, KVCache) else 0
+        self.forwards.append(Forward(tokens.shape[0], tokens.shape[1], past + tokens.shape[1]))
+        with self.syncs.inside() if self.syncs is not None else _nothing():
+            if not self.cuda:
+                start = time.perf_counter()
+                out = self.network(tokens, *args, **kwargs)
+                self.forwards[-1].seconds = time.perf_counter() - start
+                return out
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            out = self.network(tokens, *args, **kwargs)
+            end.record()
+            self._events.append((begin, end))
+            return out
+
+    def settle(self) -> None:
+        """Read the GPU's forward times (after the generation's final synchronisation)."""
+        for forward, (begin, end) in zip(self.forwards[len(self.forwards) - len(self._events):], self._events):
+            forward.seconds = begin.elapsed_time(end) / 1e3
+        self._events.clear()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+_SYNCING = ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+
+
+@dataclass
+class SyncCounter:
+    """Host synchronisations while `counting()` is open, split into the step loop's and the network's."""
+
+    loop: int = 0
+    network: int = 0
+    _inside: int = field(default=0, repr=False)
+
+    @contextmanager
+    def inside(self) -> Iterator[None]:
+        self._inside += 1
+        try:
+            yield
+        finally:
+            self._inside -= 1
+
+    def _note(self) -> None:
+        if self._inside:
+            self.network += 1
+        else:
+            self.loop += 1
+
+    @contextmanager
+    def counting(self) -> Iterator[SyncCounter]:
+        originals = {name: getattr(torch.Tensor, name) for name in _SYNCING}
+        original_equal, original_nonzero = torch.equal, torch.nonzero
+
+        def counted(function: Any) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                self._note()
+                return function(*args, **kwargs)
+            return wrapper
+
+        try:
+            for name, method in originals.items():
+                setattr(torch.Tensor, name, counted(method))
+            torch.equal, torch.nonzero = counted(original_equal), counted(original_nonzero)
+            yield self
+        finally:
+            for name, method in originals.items():
+                setattr(torch.Tensor, name, method)
+            torch.equal, torch.nonzero = original_equal, original_nonzero
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def canvas(prompt: int, answer: int, batch: int, vocab_size: int, mask_id: int, seed: int = 0) -> torch.Tensor:
+    """`batch` rows of `prompt` random tokens (never the mask) followed by `answer` masks, on the CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (batch, prompt), generator=generator)
+    tokens = torch.where(tokens == mask_id, 0, tokens)
+    return torch.cat([tokens, torch.full((batch, answer), mask_id)], dim=1)
+
+
+@dataclass
+class Generation:
+    """One timed generation and what it did."""
+
+    seconds: float
+    forwards: list[Forward]
+    nfe_per_row: float
+    loop_syncs: int
+    network_syncs: int
+    peak_bytes: int | None
+
+    @property
+    def forward_seconds(self) -> float:
+        return sum(f.seconds for f in self.forwards)
+
+
+def generate(network: DiffusionLM, tokens: torch.Tensor, sampler: Sampler, count_syncs: bool = True) -> Generation:
+    """Fill `tokens` (moved to the network's device) with `sampler`, timed; host syncs counted if asked (the
+    counting wraps tensor methods, a small cost of its own: a timed run that matters leaves it off)."""
+    device = next(network.parameters()).device
+    syncs = SyncCounter()
+    clock = ForwardClock(network, syncs if count_syncs else None)
+    counter = ForwardCounter(clock, tokens.shape[0])  # type: ignore[arg-type]
+    tokens = tokens.to(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    synchronize(device)
+    start = time.perf_counter()
+    with syncs.counting() if count_syncs else _nothing():
+        sampler.sample(counter, tokens, network.mask_id)
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    clock.settle()
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return Generation(seconds, clock.forwards, float(counter.nfe.float().mean()), syncs.loop, syncs.network, peak)
+
+
+def roofline_seconds(forwards: list[Forward], shape: ModelShape, hardware: Hardware) -> float:
+    """The roofline time of these forwards on `hardware` (each: max of its bytes / bandwidth and its FLOPs / peak
+    rate, term by term as `benchmarks.roofline` models a forward)."""
+    return sum(forward_breakdown(shape, hardware, f.tokens, f.keys, f.rows).total for f in forwards)
+
+
+def steps_sampler(mode: str, steps_per_block: int, block: int) -> StepsSampler:
+    return StepsSampler(steps=steps_per_block, block_length=block, cache=mode)  # type: ignore[arg-type]
+
+
+def case_record(generation: Generation, *, model: str, prompt: int, answer: int, batch: int, mode: str,
+                shape: ModelShape, hardware: Hardware | None) -> dict[str, Any]:
+    """One (model, prompt, batch, mode) measurement as the page's JSON keeps it."""
+    n = len(generation.forwards)
+    record = {
+        "model": model, "prompt": prompt, "answer": answer, "batch": batch, "mode": mode,
+        "seconds": generation.seconds, "tokens_per_s": batch * answer / generation.seconds,
+        "forwards": n, "nfe_per_row": generation.nfe_per_row,
+        "ms_per_forward": 1e3 * generation.forward_seconds / n,
+        "loop_share": 1 - generation.forward_seconds / generation.seconds,
+        "loop_syncs_per_forward": generation.loop_syncs / n if generation.loop_syncs else None,
+        "network_syncs_per_forward": generation.network_syncs / n if generation.loop_syncs else None,
+        "peak_gib": None if generation.peak_bytes is None else generation.peak_bytes / 2**30,
+    }
+    if hardware is not None:
+        roofline = roofline_seconds(generation.forwards, shape, hardware)
+        record.update(roofline_ms_per_forward=1e3 * roofline / n,
+                      forward_over_roofline=generation.forward_seconds / roofline)
+    return record

@@ -1,0 +1,61 @@
+"""The GPU benchmark of the LLM path, run on this CPU at a tiny scale: what its page claims follows from its rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import bench_llm_path
+from benchmarks.llm_path import PRESETS, SyncCounter, random_llm, scaled
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_sync_counter_splits_the_loops_waits_from_the_networks():
+    counter = SyncCounter()
+    values = torch.arange(4)
+    with counter.counting():
+        values.sum().item()
+        bool(values.any())
+        with counter.inside():
+            values.nonzero()
+            values.tolist()
+            int(values[0])
+    assert (counter.loop, counter.network) == (2, 3)
+    bool(values.any())  # outside `counting`: not counted
+    assert (counter.loop, counter.network) == (2, 3)
+
+
+def test_scaled_presets_keep_the_vocabulary_and_the_head_ratio():
+    dream = scaled(PRESETS["dream-7b"], 256, 2)
+    assert (dream.vocab_size, dream.n_layers, dream.qkv_bias, dream.shift_logits) == (152064, 2, True, True)
+    assert dream.n_heads % dream.n_kv_heads == 0 and dream.d_model % dream.n_heads == 0
+    network = random_llm(scaled(PRESETS["llada-8b"], 64, 1), torch.device("cpu"), torch.bfloat16)
+    assert {p.dtype for p in network.parameters()} == {torch.bfloat16}
+    assert all(bool((p == 1).all()) for n, p in network.named_parameters() if n.endswith("norm.weight"))
+
+
+def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_path):
+    out = tmp_path / "llm_path"
+    bench_llm_path.main(["--models", "llada-8b", "--scale", "64,1", "--prompts", "40", "--answer", "16",
+                         "--block", "8", "--steps-per-block", "2", "--batches", "1", "2", "--repeats", "1",
+                         "--rules", "steps", "wino", "--rule-batches", "1", "--card", "H100", "--out", str(out)])
+    rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    cases = [r for r in rows if "mode" in r]
+    assert [(c["batch"], c["mode"]) for c in cases] == [(b, m) for b in (1, 2) for m in ("none", "prefix", "dual")]
+    assert {c["nfe_per_row"] for c in cases} == {4.0}  # 2 blocks x 2 steps in every mode
+    assert all(c["forwards"] == 4 and c["roofline_ms_per_forward"] > 0 for c in cases)
+    # a dual forward computes the block only, a plain one the whole canvas: a smaller roofline
+    by_mode = {c["mode"]: c for c in cases if c["batch"] == 1}
+    assert by_mode["dual"]["roofline_ms_per_forward"] < by_mode["none"]["roofline_ms_per_forward"]
+    assert all(c["loop_syncs_per_forward"] > 0 for c in cases)
+    rules = {r["rule"]: r for r in rows if "rule" in r}
+    assert rules["steps"]["cache"] == "dual" and rules["wino"]["cache"] == "none"  # WINO reruns the canvas
+    page = out.with_suffix(".md").read_text()
+    assert "python -m benchmarks.bench_llm_path --models llada-8b" in page and "NVIDIA H100 SXM" in page
+    assert out.with_suffix(".png").stat().st_size > 0
+    before = page
+    bench_llm_path.main(["--page-only", "--out", str(out)])
+    assert out.with_suffix(".md").read_text() == before
