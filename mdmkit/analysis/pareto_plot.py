@@ -1,10 +1,7 @@
 """Accuracy-vs-NFE figures of Pareto fronts (`mdmkit.analysis.pareto` computes them, this module draws them).
 
 Kept apart from the front arithmetic so that reading and comparing results never imports matplotlib. A figure is
-meant to go into a draft as it is: a title naming the task and model, each family with its own colour, marker
-and line style (drawn slightly transparent, so fronts that coincide stay visible), each front point labelled with
-the value of the setting swept within its family (the legend says which setting), and log axes ticked with plain
-numbers (5, 10, 20, never 2×10⁰).
+meant to go into a draft as it is (`plot_fronts` lists what it shows).
 """
 
 from __future__ import annotations
@@ -248,18 +245,17 @@ def _spread(fig: Any, labels: Sequence[Any]) -> None:
         placed.append(box)
 
 
-def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str | None = None,
-                log_nfe: bool = True, baseline_family: str | None = None,
-                xlabel: str = "NFE (mean forward passes per example)", ylabel: str = "accuracy",
-                annotate: bool = True) -> Path:
-    """Accuracy vs NFE: every run as a faint point, each family's front as a line with its own marker and line
-    style (95% CI bars where rows have `accuracy_ci95`; front points labelled with the swept setting's value), the
-    overall front highlighted underneath, the oracle floor dashed black. `title` defaults to `plot_title` (task,
-    model, test examples). Saves a PNG (dpi 150) and returns its path. The NFE axis is logarithmic where NFE
-    spans a factor of 3 or more (linear where it spans less, or where an NFE is <= 0)."""
+def plot_fronts(rows: Iterable[Mapping[str, Any]], path: str | Path, title: str | None = None, **options: Any) -> Path:
+    """Accuracy vs NFE: every run as a faint point, each family's front as a line with its own colour, marker and
+    line style (drawn slightly transparent, so fronts that coincide stay visible; 95% CI bars where rows have
+    `accuracy_ci95`; front points labelled with the swept setting's value, the legend naming it), the overall front
+    highlighted underneath, the oracle floor dashed black. `title` defaults to `plot_title` (task, model, test
+    examples). The NFE axis is logarithmic, ticked with plain numbers (5, 10, 20), where NFE spans a factor of 3 or
+    more (linear where it spans less, or where an NFE is <= 0). `options` are `draw_fronts`'s. Saves a PNG (dpi
+    150) and returns its path."""
     import matplotlib.pyplot as plt
 
-    fig = draw_fronts(rows, title, log_nfe, baseline_family, xlabel, ylabel, annotate)
+    fig = draw_fronts(rows, title, **options)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")

@@ -18,10 +18,6 @@ class UnsafeExecutionError(MdmkitError):
     """Executing generated code was not allowed, or not with the isolation asked for."""
 
 
-def _isolation_default() -> str:
-    return os.environ.get(ISOLATION_ENV, "auto")
-
-
 @dataclass
 class SandboxLimits(Validated):
     """Per-program limits. `memory_mb` and `max_processes` hold for the whole sandbox (all its processes and
@@ -37,7 +33,7 @@ class SandboxLimits(Validated):
     max_output_bytes: int = 64_000
     max_reply_bytes: int = 1_000_000
     disk_mb: int = 64
-    isolation: str = field(default_factory=_isolation_default)
+    isolation: str = field(default_factory=lambda: os.environ.get(ISOLATION_ENV, "auto"))
 
     def validate(self) -> None:
         for name in ("timeout_s", "memory_mb", "max_processes", "max_file_mb", "max_open_files",

@@ -95,10 +95,6 @@ def pack_tokens(examples: Examples) -> dict[str, np.ndarray]:
     return {"tokens": tokens, "answer_mask": examples.answer_mask, "keys": examples.keys}
 
 
-def unpack_tokens(arrays: dict[str, np.ndarray]) -> Examples:
-    return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
-
-
 def default_cache_dir() -> str:
     """Where generated data are cached unless a config says otherwise: $MDMKIT_CACHE_DIR, else ~/.cache/mdmkit."""
     return os.environ.get("MDMKIT_CACHE_DIR", "~/.cache/mdmkit")
@@ -234,7 +230,7 @@ class PuzzleTask(Validated):
         return pack_tokens(examples)
 
     def unpack(self, arrays: dict[str, np.ndarray]) -> Examples:
-        return unpack_tokens(arrays)
+        return Examples(arrays["tokens"], arrays["answer_mask"], arrays["keys"])
 
     def _read_cache(self, path: Path, rows: slice = slice(None)) -> Examples:
         """The cached examples; only `rows` of them are unpacked (the test split heads a full cache)."""

@@ -19,11 +19,10 @@ class StepIndexedBatches(IterableDataset):
     """Batch number s is a pure function of (seed, s, rank): resuming at step s replays exactly what follows.
 
     Each batch takes `batch_size` rows of `columns` (tensors sharing their first dimension), drawn with
-    replacement, so there are no epochs
-    whose boundaries a resume would have to reconstruct; each rank draws its own stream, so DDP needs no
-    distributed sampler. `transform` (e.g. a task's random symmetries) draws from the same seeded generator,
-    after the rows, so it replays on a resume as well. Under k loader workers, worker w makes steps w, w + k, ...:
-    the loader takes their batches in turn, so the stream is the same as in one process.
+    replacement, so there are no epochs whose boundaries a resume would have to reconstruct; each rank draws its
+    own stream, so DDP needs no distributed sampler. `transform` (e.g. a task's random symmetries) draws from the
+    same seeded generator, after the rows, so it replays on a resume as well. Under k loader workers, worker w
+    makes steps w, w + k, ...: the loader takes their batches in turn, so the stream is the same as in one process.
     """
 
     def __init__(self, columns: Sequence[torch.Tensor], batch_size: int, seed: int, start_step: int, rank: int,
@@ -83,11 +82,7 @@ class PuzzleDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
         return step_indexed_loader(self.trainer, (train.tokens, train.answer_mask), self.batch_size, self.seed,
-                                   self._augment if self.augment else None, self.workers)
-
-    def _augment(self, tokens: torch.Tensor, answer_mask: torch.Tensor, generator: torch.Generator
-                 ) -> tuple[torch.Tensor, ...]:
-        return self.task.augment(tokens, answer_mask, generator)
+                                   self.task.augment if self.augment else None, self.workers)
 
     def val_dataloader(self) -> DataLoader:
         val = self.splits["val"].head(self.val_examples)
