@@ -79,11 +79,11 @@ def save_causal_lm(directory: Path, seed: int = 0) -> Path:
                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
 
 
-# -- the LLaDA / Dream reference fixtures as user checkpoint directories ------------------------------------
+# -- the LLaDA / Dream / Fast-dLLM v2 reference fixtures as user checkpoint directories --------------------------------
 
 CHAT_TOKENS = {"llada": ["<|startoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-               "dream": ["<|im_start|>", "<|im_end|>"]}
-MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>"}
+               "dream": ["<|im_start|>", "<|im_end|>"], "fast_dllm_v2": ["<|im_start|>", "<|im_end|>"]}
+MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>", "fast_dllm_v2": "|<MASK>|"}
 
 
 def native_checkpoint_dir(fixture: Path, kind: str, directory: Path) -> Path:
@@ -107,7 +107,17 @@ def native_checkpoint_dir(fixture: Path, kind: str, directory: Path) -> Path:
     others = [t["content"] for _, t in sorted(declared.items(), key=lambda item: int(item[0]))]
     first = ["<|endoftext|>", *CHAT_TOKENS[kind]]
     specials = first + [t for t in others if t not in first and t != MASK_TOKEN[kind]]
+    specials += [f"<|reserved_{i}|>" for i in range(len(specials), 23)]  # the mask token lands on 1023
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials[:23]])
     backend.add_special_tokens([AddedToken(MASK_TOKEN[kind], special=True, normalized=False)])
     backend.save(str(directory / "tokenizer.json"))
+    # the placed tokens at their ids here in the hub config (transformers renumbers those it cannot place)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    placed = {backend.token_to_id(t): t for t in [*specials[:23], MASK_TOKEN[kind]]}
+    plain = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    flags = {t["content"]: t for t in declared.values()}
+    config["added_tokens_decoder"] = {
+        **{key: entry for key, entry in declared.items() if entry["content"] not in placed.values()},
+        **{str(i): flags.get(t, {**plain, "content": t}) for i, t in placed.items()}}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return directory
