@@ -68,6 +68,22 @@ def test_every_rule_fills_every_block_with_nfe_per_row(rule_name: str, block_cac
             assert int(batch.nfe[row]) == int(alone.nfe[0])
 
 
+@pytest.mark.parametrize("block_cache", [False, True], ids=["exact", "sub-block-cache"])
+def test_a_stop_token_ends_a_row_where_its_text_is_settled(block_cache: bool) -> None:
+    # the canvas ends inside a sub-block (9 + 20 tokens, blocks of 16, sub-blocks of 8): the stop is read on
+    # the whole canvas with the sub-block's current state, and the row ends there, no forward after it
+    from mdmkit.core.stopping import StopCondition
+
+    sampler = block_sampler("threshold", block_cache=block_cache)
+    free = api.fill(network(), PROMPTS[:1], sampler, 20, MASK_ID)
+    answer = free.tokens[0, len(PROMPTS[0]):].tolist()
+    stop_token = answer[-2]  # the position before the canvas's last, in its last (short) sub-block
+    cut = answer.index(stop_token) + 1
+    stopped = api.fill(network(), PROMPTS[:1], sampler, 20, MASK_ID, stop=StopCondition.of([stop_token]))
+    assert stopped.tokens[0, len(PROMPTS[0]):][:cut].tolist() == answer[:cut]
+    assert int(stopped.nfe[0]) == int(stopped.nfe_to_stop[0]) <= int(free.nfe[0])
+
+
 def test_each_forward_is_one_step_of_each_row_it_ran_on() -> None:
     sampler = block_sampler("klass", block_cache=True)
     rows = len(PROMPTS)

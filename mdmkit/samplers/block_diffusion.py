@@ -126,18 +126,18 @@ class _Decode:
         return origin + (first - origin) // self.sampler.block_size * self.sampler.block_size
 
     def forward(self, rows: torch.Tensor, columns: torch.Tensor, valid: torch.Tensor, tokens: torch.Tensor,
-                visible_before: torch.Tensor, own: torch.Tensor, write: torch.Tensor | None = None,
+                visible_before: torch.Tensor, own: torch.Tensor | None, write: torch.Tensor | None = None,
                 splice: bool = False) -> torch.Tensor:
         """One forward of `tokens` [R, W] at canvas `columns` through the counter: cached columns
-        [origin, visible_before) are seen, and among this call's slots what `own` [R, W, W] allows (splice: the
-        cached columns only, this call's written first)."""
+        [origin, visible_before) are seen, and among this call's slots what `own` [R, W, W] allows (None, with
+        `splice`: the cached columns only, this call's written there first)."""
         origin = self.origin[rows]
         read = int(visible_before.max())
         cached = self.columns[:read]
         seen = (cached[None, :] >= origin[:, None]) & (cached[None, :] < visible_before[:, None])
         width = columns.shape[1]
         mask = seen[:, None, :].expand(-1, width, -1)
-        if not splice:
+        if own is not None:
             mask = torch.cat([mask, own], 2)
         positions = (columns - origin[:, None]).clamp(min=0)
         self.cache.plan(rows, read, columns, write, splice)
@@ -195,8 +195,14 @@ class _SubBlocks:
         self.sub_columns, self.sub_valid = columns, valid
         self.last_rows = torch.arange(len(rows), device=rows.device)
 
-    def __call__(self, state: torch.Tensor, rows: torch.Tensor, **_: Any) -> torch.Tensor:
-        """Logits [R, S, V] of the rule's rows `rows` (indices into this sub-block batch) in state `state`."""
+    def __call__(self, state: torch.Tensor, rows: torch.Tensor, logits_at: slice | None = None,
+                 **_: Any) -> torch.Tensor:
+        """Logits [R, S, V] of the rule's rows `rows` (indices into this sub-block batch) in state `state` (of its
+        columns `logits_at` only, if given)."""
+        logits = self._logits(state, rows)
+        return logits if logits_at is None else logits[:, logits_at]
+
+    def _logits(self, state: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         self.last_rows = rows
         decode = self.decode
         if not decode.sampler.block_cache:
@@ -254,8 +260,8 @@ class _SubBlockStop:
         outer = blocks.rows[inner]
         full = decode.x[outer].clone()
         columns, valid = blocks.sub_columns[inner], blocks.sub_valid[inner]
-        full.scatter_(1, columns.clamp(max=decode.length - 1), torch.where(valid, tokens, full.gather(
-            1, columns.clamp(max=decode.length - 1))))
+        where = torch.arange(len(outer), device=outer.device)[:, None].expand_as(columns)
+        full[where[valid], columns[valid]] = tokens[valid]
         return self.stop.met(full, decode.answer[outer], mask_id)
 
 
