@@ -110,16 +110,11 @@ def _stop_regex(stop: str) -> re.Pattern[str]:
 
 def find_stop(text: str, stops: Sequence[str]) -> int | None:
     """Where text is cut by its earliest stop phrase (see `truncate_at_stop`), or None if none occurs."""
-    cut = None
-    for stop in stops:
-        if not stop:
-            continue
+    cuts = []
+    for stop in filter(None, stops):
         if "%d" in stop:
             match = _stop_regex(stop).search(text)
-            position = match.end() if match else None
-        else:
-            index = text.find(stop)
-            position = index if index != -1 else None
-        if position is not None and (cut is None or position < cut):
-            cut = position
-    return cut
+            cuts += [match.end()] if match else []
+        elif (index := text.find(stop)) != -1:
+            cuts.append(index)
+    return min(cuts, default=None)

@@ -25,19 +25,10 @@ from mdmkit.sandbox import Check
 #     closing code fence "```\n" (Dream wraps its answer in a fenced block).
 #   * GSM8K's "The answer is %d." is a template, not a literal: `truncate_at_stop` matches "%d" against a number
 #     and keeps the matched phrase, since it carries the answer.
+_SHARED_STOPS = {"mbpp": ["[DONE]"], "gsm8k": ["The answer is %d."], "math": ["I hope it is correct."]}
 STOP_PHRASES: dict[str, dict[str, list[str]]] = {
-    "llada": {
-        "humaneval": ["<|endoftext|>", "\n\n\n"],
-        "mbpp": ["[DONE]"],
-        "gsm8k": ["The answer is %d."],
-        "math": ["I hope it is correct."],
-    },
-    "dream": {
-        "humaneval": ["<|endoftext|>", "```\n"],
-        "mbpp": ["[DONE]"],
-        "gsm8k": ["The answer is %d."],
-        "math": ["I hope it is correct."],
-    },
+    "llada": {"humaneval": ["<|endoftext|>", "\n\n\n"], **_SHARED_STOPS},
+    "dream": {"humaneval": ["<|endoftext|>", "```\n"], **_SHARED_STOPS},
 }
 
 # A number as written in prose: optional sign and "$", thousands groups or plain digits, optional decimals.

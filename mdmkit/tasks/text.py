@@ -89,7 +89,7 @@ class TextTask(Validated):
     # -- shared machinery ---------------------------------------------------------------------
     @property
     def stop_phrases(self) -> list[str]:
-        return list(self.stop) if self.stop is not None else STOP_PHRASES[self.stop_family][self.name]
+        return list(self.stop if self.stop is not None else STOP_PHRASES[self.stop_family][self.name])
 
     def docs(self, split: str = "test") -> list[dict]:
         """The split's documents (loaded once), the test split cut to `limit`."""
