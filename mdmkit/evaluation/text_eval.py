@@ -35,13 +35,9 @@ class HFModelConfig(Validated):
 
 
 def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> TextModel:
-    if config.kind == "causal":
-        network, tokenizer = load_causal_lm(name_or_path, trust_remote_code=config.trust_remote_code,
-                                            dtype=config.dtype, device=device)
-    else:
-        network, tokenizer = load_masked_diffusion(name_or_path, config.kind,
-                                                   trust_remote_code=config.trust_remote_code,
-                                                   dtype=config.dtype, device=device)
+    options = {"trust_remote_code": config.trust_remote_code, "dtype": config.dtype, "device": device}
+    network, tokenizer = load_causal_lm(name_or_path, **options) if config.kind == "causal" else \
+        load_masked_diffusion(name_or_path, config.kind, **options)
     positions = position_limit(network)
     if config.max_length is not None and positions is not None:
         require(config.max_length <= positions, f"hf.max_length={config.max_length} is more than the "

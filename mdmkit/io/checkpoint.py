@@ -132,14 +132,13 @@ class TrainedModel:
             raise CheckpointError(f"{self.path} is an NI indicator, not a model (an indicator is given as "
                                   "sampler.indicator=, beside its base model)")
         if raw.get("format") == "mdmkit-slim-v1":
-            self.config, weights = raw["config"], raw["network"]
+            self.config, self.weights = raw["config"], raw["network"]
         elif run_config:
             self.config = run_config
-            state = raw["state_dict"]
-            weights = {k[len(EMA_PREFIX) :].replace("__", "."): v for k, v in state.items() if k.startswith(EMA_PREFIX)}
+            self.weights = {k.removeprefix(EMA_PREFIX).replace("__", "."): v for k, v in raw["state_dict"].items()
+                            if k.startswith(EMA_PREFIX)}
         else:
             raise CheckpointError(f"{self.path}: not an mdmkit checkpoint (no run config inside)")
-        self.weights = weights
         # where and how fast data are made belong to this machine, not to the model: never reuse the trainer's
         task = {key: value for key, value in self.config["task"].items() if key not in MACHINE_TASK_FIELDS}
         self.task = build_task({**self.config, "task": task})

@@ -69,9 +69,6 @@ class MDMModule(L.LightningModule):
         self.network.load_state_dict(network.state_dict())
         self.ema = EMA(self.network, self.ema.decay)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.network(tokens)
-
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch
         generator = step_generator(self, self.global_step)

@@ -50,10 +50,8 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
     save_indicator(module.indicator, module.base, path, extra=extra)
     if run.evaluate_after_training and not trainer.fast_dev_run:
         module.eval().to(resolve_device(run.device))
-        network = module.base
-        result = evaluate_test_split(
-            network, module.task, module.sampler, run.eval_limit, data.eval_batch_size, run.seed
-        )
+        result = evaluate_test_split(module.base, module.task, module.sampler, run.eval_limit, data.eval_batch_size,
+                                     run.seed)
         summary.update(result.summary())
         sampler = {**to_container(cfg.sampler), "indicator": str(path)}
         append_record(run.results_file, {"kind": "indicator", "checkpoint": module.trajectories.checkpoint,
