@@ -12,13 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.kv_cache_speed import MODES
+from benchmarks.kv_cache_speed import BLOCK, MODES, SPEED_MODES
 from mdmkit.analysis.pages import Page, markdown_table, stamp
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.io.results import sampler_settings
 
 _CACHE_KEYS = ("cache", "cache_refresh")
-_COLOURS = {"none": "tab:blue", "prefix": "tab:orange", "dual": "tab:green"}
+_COLOURS = {"none": "tab:blue", "prefix": "tab:orange", "dual": "tab:green", BLOCK: "tab:red"}
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
@@ -100,6 +100,10 @@ def speed_goal_lines(entries: Sequence[Mapping[str, Any]], goal: float) -> list[
         verdict = "meets" if dual >= goal else "misses"
         lines.append(f"- batch {batch}: dual is {dual:.2f}x as fast as none per token ({verdict} the {goal:g}x goal)"
                      + ("" if prefix is None else f"; prefix {prefix:.2f}x") + ".")
+        block = by_mode.get(BLOCK, {}).get("speedup_over_none", {}).get("median")
+        if block is not None:
+            lines.append(f"- batch {batch}: block diffusion (Fast-dLLM v2's decoding, exact cache) is {block:.2f}x as "
+                         f"fast as none per token, {block / dual:.2f}x dual's, at the same NFE per row.")
     return lines
 
 
@@ -180,10 +184,11 @@ def _accuracy_panels(axes: list[Any], accuracy: Sequence[Mapping[str, Any]]) -> 
 def _speed_panel(axis: Any, speed: Sequence[Mapping[str, Any]]) -> None:
     """ms per generated token per cache mode and batch: bars at the median, min-max whiskers."""
     batches = sorted({e["batch"] for e in speed})
-    width = 0.8 / len(MODES)
-    for j, mode in enumerate(MODES):
+    modes = [mode for mode in SPEED_MODES if any(e["mode"] == mode for e in speed)]
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
         found = [next((e for e in speed if e["batch"] == b and e["mode"] == mode), None) for b in batches]
-        xs = [i + (j - 1) * width for i, e in enumerate(found) if e is not None]
+        xs = [i + (j - (len(modes) - 1) / 2) * width for i, e in enumerate(found) if e is not None]
         ms = [e["ms_per_token"] for e in found if e is not None]
         heights = [m["median"] for m in ms]
         errors = [[h - m["min"] for h, m in zip(heights, ms)], [m["max"] - h for h, m in zip(heights, ms)]]
@@ -215,13 +220,15 @@ def figure(accuracy: Sequence[Mapping[str, Any]], speed: Sequence[Mapping[str, A
 
 def _speed_setup(speed: Mapping[str, Any]) -> str:
     setup, net = speed["setup"], speed["network"]
+    block = (f" (block: `{setup['block_sampler']}`, block-causal attention, its commit forward the k-th of each "
+             "block)") if "block_sampler" in setup else ""
     return (f"Timed by `{speed['command']}` ({speed['date']}). Network: `DiffusionLM` with LLaDA's settings and "
             f"random weights, {net['parameters'] / 1e6:.1f}M parameters (d_model {net['d_model']}, "
             f"{net['n_layers']} layers, {net['n_heads']} heads, SwiGLU "
             f"{net['mlp_hidden']}, vocabulary {net['vocab_size']}). Canvas: prompt {setup['prompt']} + answer "
             f"{setup['answer']} tokens; `{setup['sampler']}`: {setup['nfe_per_row']} forwards per row in every "
-            f"mode. {setup.get('dtype', 'float32')} on {setup.get('device', 'cpu')}, {speed['threads']} threads, "
-            "`torch.no_grad`; a warm-up generation per mode, then "
+            f"mode{block}. {setup.get('dtype', 'float32')} on {setup.get('device', 'cpu')}, {speed['threads']} "
+            "threads, `torch.no_grad`; a warm-up generation per mode, then "
             f"{setup['repeats']} rounds (each times one whole generation per batch and mode, modes rotated); "
             "median and range over rounds. Speed-up = none's time / this mode's within a round, median of rounds. "
             "Time in forwards: the network's share of the wall clock (the rest is the sampler loop).")

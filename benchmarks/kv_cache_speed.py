@@ -1,9 +1,13 @@
-"""Wall clock of Fast-dLLM's approximate KV caches (`cache=none|prefix|dual`) at equal NFE, on a random-weight
-LLaDA-architecture `DiffusionLM`.
+"""Wall clock of Fast-dLLM's approximate KV caches (`cache=none|prefix|dual`) and of block diffusion's exact cache
+(`block`, Fast-dLLM v2's decoding) at equal NFE, on a random-weight LLaDA-architecture `DiffusionLM`.
 
-Every mode runs the same fixed-steps sampler (`StepsSampler(steps=k, block_length=b)`), so each does exactly the
-same number of forwards per row (blocks x k) and reveals the same number of tokens per step; only what a forward
-computes differs (`none`: the whole canvas; `prefix`: the block and everything right of it; `dual`: the block).
+Every cache mode runs the same fixed-steps sampler (`StepsSampler(steps=k, block_length=b)`), so each does exactly
+the same number of forwards per row (blocks x k) and reveals the same number of tokens per step; only what a
+forward computes differs (`none`: the whole canvas; `prefix`: the block and everything right of it; `dual`: the
+block). `block` decodes the same canvas with the same weights made block-causal (`attention_block`, as Fast-dLLM
+v2 attends) by `BlockDiffusionSampler`: k - 1 fixed steps inside each block plus the forward that commits it to
+the exact cache (and predicts the next block's first token), so it too spends k forwards a block when the prompt
+and the answer are whole blocks; its forwards run only the block against the cache.
 The weights are random: the tokens are meaningless, the time of a forward does not depend on them, and the fixed
 schedule makes the work data-independent.
 
@@ -16,18 +20,21 @@ apart (a timing wrapper around it), so the share of the sampler loop is visible.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 
 from mdmkit.analysis.pages import stamp
 from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
-from mdmkit.samplers import ForwardCounter, StepsSampler
+from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, Sampler, StepsSampler
 
-MODES = ("none", "prefix", "dual")
+MODES = ("none", "prefix", "dual")  # the masked loop's cache modes
+BLOCK = "block"  # block diffusion with its exact cache
+SPEED_MODES = (*MODES, BLOCK)
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class _TimedNetwork:
 
     def __init__(self, network: DiffusionLM) -> None:
         self.network = network
+        self.config = network.config
         self.capabilities = network.capabilities
         self.n_layers = network.n_layers
         self.seconds = 0.0
@@ -106,10 +114,10 @@ def _synchronize(device: torch.device) -> None:
 
 
 def generate(network: DiffusionLM, tokens: torch.Tensor, mode: str, setup: SpeedSetup) -> Generation:
-    """Fill `tokens` with `cache=mode` and time it (on a GPU the forward share is only approximate: a forward's
-    time is its launch unless the sampler waits on its result)."""
-    sampler = StepsSampler(steps=setup.steps_per_block, block_length=setup.block_length, cache=mode)  # type: ignore[arg-type]
-    timed = _TimedNetwork(network)
+    """Fill `tokens` with `cache=mode` (or block diffusion) and time it (on a GPU the forward share is only
+    approximate: a forward's time is its launch unless the sampler waits on its result)."""
+    sampler = mode_sampler(mode, setup)
+    timed = _TimedNetwork(block_causal(network, setup.block_length) if mode == BLOCK else network)
     counter = ForwardCounter(timed, tokens.shape[0])  # type: ignore[arg-type]
     tokens = tokens.to(setup.device)
     _synchronize(tokens.device)
@@ -120,12 +128,27 @@ def generate(network: DiffusionLM, tokens: torch.Tensor, mode: str, setup: Speed
     return Generation(seconds, timed.seconds, int(counter.nfe.sum()), int(counter.tokens.sum()))
 
 
+def block_causal(network: DiffusionLM, block: int) -> DiffusionLM:
+    """The same modules and weights, attending block-causally in blocks of `block` (Fast-dLLM v2's pattern)."""
+    twin = copy.copy(network)
+    twin.config = replace(network.config, attention_block=block)
+    return twin
+
+
+def mode_sampler(mode: str, setup: SpeedSetup) -> Sampler:
+    """The fixed-steps sampler of `mode`: k steps a block in the masked loop, or k - 1 and a commit (block)."""
+    if mode == BLOCK:
+        rule = StepsSampler(steps=max(1, setup.steps_per_block - 1))
+        return BlockDiffusionSampler(block_size=setup.block_length, sub_block=setup.block_length, rule=rule)
+    return StepsSampler(steps=setup.steps_per_block, block_length=setup.block_length, cache=mode)  # type: ignore[arg-type]
+
+
 def _rotated(modes: tuple[str, ...], shift: int) -> list[str]:
     shift %= len(modes)
     return [*modes[shift:], *modes[:shift]]
 
 
-def run_speed(network: DiffusionLM, setup: SpeedSetup, modes: tuple[str, ...] = MODES,
+def run_speed(network: DiffusionLM, setup: SpeedSetup, modes: tuple[str, ...] = SPEED_MODES,
               log: Any = print) -> dict[int, dict[str, list[Generation]]]:
     """Every (batch, mode) generation of every round, after the warm-up: {batch: {mode: [Generation, ...]}}."""
     vocab = network.vocab_size
@@ -185,7 +208,9 @@ def speed_record(network: DiffusionLM, setup: SpeedSetup, entries: list[dict[str
         "network": {"architecture": "DiffusionLM (LLaDA settings), random weights",
                     "parameters": network.num_parameters(), **asdict(network.config)},
         "setup": {**asdict(setup), "nfe_per_row": setup.nfe, "sampler": f"StepsSampler(steps={setup.steps_per_block}, "
-                  f"block_length={setup.block_length}, cache=...)"},
+                  f"block_length={setup.block_length}, cache=...)",
+                  "block_sampler": f"BlockDiffusionSampler(block_size={setup.block_length}, sub_block="
+                                   f"{setup.block_length}, rule=StepsSampler(steps={setup.steps_per_block - 1}))"},
         "threads": torch.get_num_threads(),
         "entries": entries,
     }

@@ -44,6 +44,17 @@ def test_every_cache_mode_does_the_same_forwards_and_fewer_tokens():
     assert all(0 < run.forward_seconds <= run.seconds for run in runs.values())
 
 
+def test_block_diffusion_spends_the_same_forwards_on_whole_blocks_and_runs_only_its_block():
+    network = random_network(llada_like(d_model=32, n_layers=2, n_heads=2, mlp_hidden=64, vocab_size=50))
+    setup = SpeedSetup(prompt=8, answer=8, block_length=4, steps_per_block=2)
+    tokens = canvas(setup, 2, network.vocab_size, network.mask_id)
+    block, none = generate(network, tokens, "block", setup), generate(network, tokens, "none", setup)
+    assert block.nfe == none.nfe == 2 * setup.nfe
+    # per row: the prompt's commit (8 tokens and the query slot of the first answer token), one step on the
+    # first block, its commit (4 + 1), one step on the last block
+    assert block.computed_tokens == 2 * (9 + 4 + 5 + 4)
+
+
 def test_speed_ups_are_per_round_ratios_against_none():
     setup = SpeedSetup(answer=4, batches=(2,), repeats=2)
     runs = {2: {"none": [Generation(8.0, 7.0, 8, 80), Generation(12.0, 11.0, 8, 80)],
@@ -87,7 +98,7 @@ def test_smoke_run_writes_the_page(tmp_path):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stderr
     record = json.loads(out.with_name("kv_cache.json").read_text())
-    assert {e["mode"] for e in record["speed"]["entries"]} == {"none", "prefix", "dual"}
+    assert {e["mode"] for e in record["speed"]["entries"]} == {"none", "prefix", "dual", "block"}
     assert {e["batch"] for e in record["speed"]["entries"]} == {1, 2}
     assert {"git_commit", "machine", "command"} <= set(record)
     assert [e["accuracy_change"] for e in record["accuracy"]["entries"]] == [0.0, pytest.approx(-0.05)]

@@ -135,7 +135,14 @@ def test_what_cannot_run_in_a_block_is_one_line() -> None:
         BlockDiffusionSampler(rule=ThresholdSampler(block_length=8))
     with pytest.raises(ConfigError, match="sub_block=3 must divide block_size=32"):
         BlockDiffusionSampler(sub_block=3)
-    # the masked loop's approximate caches are for bidirectional networks
+    # block diffusion decodes block-causal networks only; the masked loop's approximate caches bidirectional ones
+    from mdmkit.core.errors import CapabilityError
+    from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+
+    bidirectional = DiffusionLM(DiffusionLMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2,
+                                                  mlp_hidden=32, mask_id=49))
+    with pytest.raises(CapabilityError, match="block diffusion decodes block-causal networks .*sampler=eb"):
+        api.fill(bidirectional, [[1, 2, 3]], BlockDiffusionSampler(), 8, 49)
     approximate = ThresholdSampler(block_length=8, cache="prefix")
     with pytest.raises(ConfigError, match="cache=prefix approximates a bidirectional network; .*block_diffusion"):
         api.fill(network(), [PROMPTS[0]], approximate, 8, MASK_ID)

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, without_mask
 from mdmkit.samplers.choice import choose_tokens, predictive_distribution
@@ -289,6 +290,9 @@ class BlockDiffusionSampler(Sampler):
         require(self.rule.block_length is None, "rule.block_length must be null: the rule fills one sub-block")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        if not network.block_causal:
+            raise CapabilityError("block diffusion decodes block-causal networks (hf.kind=fast_dllm_v2); this one "
+                                  "attends bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
         decode = _Decode(self, network, canvas)
         active = torch.ones(decode.x.shape[0], dtype=torch.bool, device=decode.x.device)
         while True:
