@@ -111,3 +111,18 @@ def test_the_evaluate_cli_runs_another_rule_inside_the_blocks(checkpoint: Path, 
     assert row["family"] == "blockdiffusion-topk-confidence" and row["sampler"]["rule"]["k"] == 2
     # two tokens a forward inside the blocks, one from each committing forward
     assert row["nfe"]["max"] <= GEN // 2 + 2
+
+
+def test_lm_eval_model_args_reach_the_rule_inside_the_blocks() -> None:
+    pytest.importorskip("lm_eval")
+    from mdmkit.core.errors import ConfigError
+    from mdmkit.evaluation.lm_eval_model import sampler_from_args
+    from mdmkit.samplers import TopKSampler
+
+    sampler, config = sampler_from_args("fast_dllm_v2", {"rule.tau": 0.5, "block_cache": True})
+    assert sampler.rule.tau == config["rule"]["tau"] == 0.5 and sampler.block_cache
+    # another rule in place of the preset's (as its own file states), then its fields
+    sampler, config = sampler_from_args("block_diffusion", {"rule.k": 2, "rule": "topk", "rule.cache": None})
+    assert isinstance(sampler.rule, TopKSampler) and sampler.rule.k == 2 and config["rule"]["cache"] == "none"
+    with pytest.raises(ConfigError, match="rule.tau: sampler eb has no nested sampler 'rule'"):
+        sampler_from_args("eb", {"rule.tau": 0.5})

@@ -3,7 +3,8 @@
 `model_args`: `ckpt` (a Hugging Face model directory or hub name), `kind` (generic | llada | dream | fast_dllm_v2 |
 causal), `sampler` (any name under `conf/sampler/`; default `eb`, and `ntp` for `kind=causal`, which takes a
 causal decoder only), and every field of that sampler (`gamma`, `k`, `tau`, `ordering`, `block_length`,
-...). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a request gives no
+...); a nested sampler's fields dotted (block diffusion's `rule.tau=0.5`), or another option in its place
+(`rule=topk,rule.k=2`). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a request gives no
 `max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).
 
 lm-eval 0.4 has no plugin hook for third-party models, so the model is registered when this module is imported:
@@ -55,13 +56,25 @@ LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says 
 def sampler_from_args(name: str, overrides: dict[str, Any]):
     """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated.
 
-    lm-eval reads `none` in model_args as None: a field whose preset value is a string (`cache=none`) takes it
-    back as the string; elsewhere None stays null (`block_length=none`).
+    A dotted key sets a nested sampler's field (`rule.tau`); a nested sampler given an option name becomes that
+    option as its file states (`rule=topk`; swaps apply before the fields under them). lm-eval reads `none` in
+    model_args as None: a field whose preset value is a string (`cache=none`) takes it back as the string;
+    elsewhere None stays null (`block_length=none`).
     """
-    preset = option("sampler", name)
-    overrides = {key: "none" if value is None and isinstance(preset.get(key), str) else value
-                 for key, value in overrides.items()}
-    node = OmegaConf.merge(preset, overrides)
+    config = option("sampler", name)
+    for key, value in sorted(overrides.items(), key=lambda item: item[0].count(".")):
+        *parents, field = key.split(".")
+        node = config
+        for parent in parents:
+            require(isinstance(node.get(parent), dict), f"{key}: sampler {name} has no nested sampler '{parent}'")
+            node = node[parent]
+        current = node.get(field)
+        if isinstance(current, dict) and "_target_" in current and isinstance(value, str):
+            value = option("sampler", value)
+        elif value is None and isinstance(current, str):
+            value = "none"
+        node[field] = value
+    node = OmegaConf.create(config)
     return build(node, "sampler"), OmegaConf.to_container(node)
 
 
