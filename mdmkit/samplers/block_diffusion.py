@@ -66,6 +66,7 @@ class ColumnCache:
     def plan(self, rows: torch.Tensor, read: int, columns: torch.Tensor | None = None,
              write: torch.Tensor | None = None, splice: bool = False) -> None:
         self.rows, self.read, self.write, self.splice = rows, read, write, splice
+        self.every = len(rows) == self.batch  # rows are ascending and distinct: every row, read as a view
         self.target = None if write is None else (rows[:, None].expand_as(write)[write], columns[write])
 
     def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor,
@@ -75,14 +76,19 @@ class ColumnCache:
             self.keys[layer] = k.new_zeros(shape)
             self.values[layer] = v.new_zeros(shape)
         keys, values = self.keys[layer], self.values[layer]
-        past = (keys[self.rows, :, : self.read], values[self.rows, :, : self.read])
+        past = None if self.splice else self._read(keys, values)  # before this call's writes
         if self.target is not None:
             rows, columns = self.target
             keys[rows, :, columns] = k.transpose(1, 2)[self.write]
             values[rows, :, columns] = v.transpose(1, 2)[self.write]
-        if self.splice:
-            return keys[self.rows, :, : self.read], values[self.rows, :, : self.read]
+        if past is None:
+            return self._read(keys, values)
         return torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+
+    def _read(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.every:
+            return keys[:, :, : self.read], values[:, :, : self.read]
+        return keys[self.rows, :, : self.read], values[self.rows, :, : self.read]
 
 
 def _first(flags: torch.Tensor) -> torch.Tensor:
