@@ -58,25 +58,30 @@ class ColumnCache:
         self.target: tuple[torch.Tensor, torch.Tensor] | None = None  # (batch rows, columns) of written slots
         self.write: torch.Tensor | None = None  # bool [R, W]: the slots written
         self.splice = False
+        self.every = False  # the forward runs every row (its columns are read as a view)
 
     @property
     def length(self) -> int:
+        """The cached columns the next forward reads (the `KVCache` interface's length)."""
         return self.read
 
     def plan(self, rows: torch.Tensor, read: int, columns: torch.Tensor | None = None,
              write: torch.Tensor | None = None, splice: bool = False) -> None:
         self.rows, self.read, self.write, self.splice = rows, read, write, splice
-        self.every = len(rows) == self.batch  # rows are ascending and distinct: every row, read as a view
+        self.every = len(rows) == self.batch  # rows are ascending and distinct
         self.target = None if write is None else (rows[:, None].expand_as(write)[write], columns[write])
 
     def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                commit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [R, H, read (+ W), D] of layer `layer` for this call's `k`, `v` [R, H, W, D], as
+        planned (`commit` is the `KVCache` argument; the plan says what is written)."""
         if self.keys[layer] is None:
             shape = (self.batch, k.shape[1], self.columns, k.shape[3])
             self.keys[layer] = k.new_zeros(shape)
             self.values[layer] = v.new_zeros(shape)
         keys, values = self.keys[layer], self.values[layer]
-        past = None if self.splice else self._read(keys, values)  # before this call's writes
+        # read before this call's writes (as a view they show through, in columns its queries never see)
+        past = None if self.splice else self._read(keys, values)
         if self.target is not None:
             rows, columns = self.target
             keys[rows, :, columns] = k.transpose(1, 2)[self.write]
