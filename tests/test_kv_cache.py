@@ -194,8 +194,8 @@ def test_a_query_forward_on_the_cached_state_gives_the_plain_logits(cache: str, 
     counter = ForwardCounter(net, 3)
     blocks = BlockCache(cache, counter, keep, L)
     plain = net(state, keep[:, None, None, :], positions=positions_from(keep))
-    assert torch.equal(blocks.logits(rows, state, in_block, torch.ones(3, dtype=torch.bool)), plain)
-    queried = blocks.logits(rows, state, in_block, torch.zeros(3, dtype=torch.bool))
+    assert torch.equal(blocks.logits(rows, state, in_block, torch.ones(3, dtype=torch.bool), slice(0, L)), plain)
+    queried = blocks.logits(rows, state, in_block, torch.zeros(3, dtype=torch.bool), slice(0, L))
     start, end = block_spans(in_block)
     assert start.tolist() == [5, 9, 6] and end.tolist() == [9, 13, 8]
     end = torch.full_like(end, L) if cache == "prefix" else end  # queries: the block (prefix: and what follows)

@@ -186,12 +186,26 @@ def test_cached_queries_on_the_cached_state_give_the_plain_logits(kind: str, che
     in_block = torch.zeros_like(keep)
     in_block[:, 24:32] = True  # four of the block's positions revealed, four masked
     plain = network(state, keep[:, None, None, :])
-    rows, every = torch.arange(2), torch.ones(2, dtype=torch.bool)
+    rows, every, whole = torch.arange(2), torch.ones(2, dtype=torch.bool), slice(0, state.shape[1])
     for cache in ("prefix", "dual"):
         blocks = BlockCache(cache, ForwardCounter(network, 2), keep, state.shape[1])
-        torch.testing.assert_close(blocks.logits(rows, state, in_block, every)[keep], plain[keep], atol=1e-5, rtol=0)
-        queried = blocks.logits(rows, state, in_block, ~every)
+        torch.testing.assert_close(blocks.logits(rows, state, in_block, every, whole)[keep], plain[keep], atol=1e-5,
+                                   rtol=0)
+        queried = blocks.logits(rows, state, in_block, ~every, whole)
         torch.testing.assert_close(queried[in_block], plain[in_block], atol=1e-5, rtol=0)
+    # unpadded rows at one block: the query writes its window into the cache in place and attends without a mask;
+    # the logits come only for the span asked (the block's masked columns), and again alike on a second query
+    plain, span = network(state), slice(28, 32)
+    for cache in ("prefix", "dual"):
+        counter = ForwardCounter(network, 2)
+        blocks = BlockCache(cache, counter, None, state.shape[1])
+        torch.testing.assert_close(blocks.logits(rows, state, in_block, every, span), plain[:, span], atol=1e-5,
+                                   rtol=0)
+        for _ in range(2):
+            torch.testing.assert_close(blocks.logits(rows, state, in_block, ~every, span), plain[:, span], atol=1e-5,
+                                       rtol=0)
+        window = 8 + (kind == "dream") if cache == "dual" else 40 - 24 + (kind == "dream")
+        assert counter.tokens.tolist() == [40 + 2 * window] * 2
 
 
 @needs_models

@@ -70,6 +70,16 @@ def test_logits_equal_the_remote_codes(reference) -> None:
 
 
 @torch.no_grad()
+def test_logits_at_some_columns_are_those_columns_of_the_whole_output(reference) -> None:
+    # the output layer runs on the asked columns only; Dream's shift reads the column left of the first one
+    _, network, data = reference
+    ids = data["input_ids"]
+    whole = network(ids)
+    for columns in (slice(0, 9), slice(1, 2), slice(20, ids.shape[1])):
+        torch.testing.assert_close(network(ids, logits_at=columns), whole[:, columns], atol=1e-6, rtol=0)
+
+
+@torch.no_grad()
 def test_key_padding_masks_as_samplers_pass_them_match_at_every_real_token(reference) -> None:
     # Samplers pass only a key-padding mask [B, 1, 1, L]. Dream's network then counts positions from each row's
     # first real token, as Dream's sampler does; only padded queries differ (they attend to nothing in the

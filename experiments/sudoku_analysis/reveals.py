@@ -39,10 +39,11 @@ class TracingCounter(ForwardCounter):
         self.mask_id = mask_id
         self.trace: list[Forward] = []
 
-    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        logits = super().__call__(tokens, rows, **kwargs)
+    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, *, logits_at: slice | None = None,
+                 **kwargs: Any) -> torch.Tensor:
+        logits = super().__call__(tokens, rows, **kwargs)  # every column's, for the trace
         self.trace.append(Forward(rows.cpu(), tokens.cpu(), entropy(predictive(logits, self.mask_id)).cpu()))
-        return logits
+        return logits if logits_at is None else logits[:, logits_at]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ samplers need more, and each such need is a named capability that a network clas
   `embed`, which NI sampling's indicator reads.
 - `causal_head`: the self-speculative hybrid's trunk pass (`noncausal`) and causal verification pass (`causal`,
   costing `causal_share` of a forward).
+- `logits_at`: the forward takes `logits_at` (a column slice) and computes the output layer only there; a step
+  reads the logits of the positions it may reveal, and at a large vocabulary the output layer and its float32
+  copy are the largest tensors of the step.
 
 A sampler lists the capabilities it needs in `requires`; `require_capabilities` refuses a mismatch with one line
 before any forward pass, and the forward counter exposes exactly these operations, each charged.
@@ -30,10 +33,12 @@ from mdmkit.core.errors import CapabilityError
 KV_CACHE = "kv_cache"
 HIDDEN_STATES = "hidden_states"
 CAUSAL_HEAD = "causal_head"
+LOGITS_AT = "logits_at"
 CAPABILITIES = {
     KV_CACHE: "incremental decoding with a KV cache",
     HIDDEN_STATES: "last hidden states and input embeddings",
     CAUSAL_HEAD: "causal blocks that verify drafts (a SpeculativeTransformer)",
+    LOGITS_AT: "logits of chosen columns only",
 }
 
 
@@ -70,6 +75,28 @@ class KVCache:
         """The cache of a subset of rows (a copy: forwards on it cannot commit to this cache)."""
         pick = lambda t: None if t is None else t[rows]
         return KVCache([pick(k) for k in self.keys], [pick(v) for v in self.values])
+
+
+@dataclass
+class CacheWindow:
+    """A `KVCache` as a forward over its positions [at, at + L) sees it: the forward's keys and values replace the
+    cached ones there, in place, and it attends to the whole cache with no mask (so attention runs on the fused
+    kernels). For the approximate caches of `samplers/kv_cache.py`, whose entries in the window are stale and
+    never read again before the next write (Fast-dLLM's dual cache writes its block the same way)."""
+
+    store: KVCache
+    at: int
+
+    @property
+    def length(self) -> int:
+        return self.at
+
+    def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor, commit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.store.keys[layer], self.store.values[layer]
+        assert keys is not None and values is not None, "a window needs a written cache"
+        keys[:, :, self.at: self.at + k.shape[2]] = k
+        values[:, :, self.at: self.at + v.shape[2]] = v
+        return keys, values
 
 
 class Denoiser(Protocol):

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mdmkit.core.config import Validated, require
-from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
+from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
 
 
 @dataclass
@@ -123,10 +123,9 @@ class Attention(nn.Module):
         if cache is not None:
             store, layer, commit = cache
             k, v = store.attend(layer, k, v, commit)
-        groups = config.n_heads // config.n_kv_heads
-        if groups > 1:  # kv head j serves query heads j * groups ... (j + 1) * groups - 1
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        # kv head j serves query heads j * groups ... (j + 1) * groups - 1, read in place (no repeated copy)
+        grouped = config.n_kv_heads < config.n_heads
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=grouped)
         return self.o(y.transpose(1, 2).reshape(batch, length, config.d_model))
 
 
@@ -173,7 +172,7 @@ def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor
 class DiffusionLM(nn.Module):
     """Tokens [B, L] (some of them `mask_id`) -> float32 logits [B, L, vocab_size], aligned with the positions."""
 
-    capabilities = frozenset({KV_CACHE})
+    capabilities = frozenset({KV_CACHE, LOGITS_AT})
 
     def __init__(self, config: DiffusionLMConfig) -> None:
         super().__init__()
@@ -197,13 +196,19 @@ class DiffusionLM(nn.Module):
         return self.config.vocab_size
 
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-                cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
-        """Logits of `tokens`; arguments as `hidden`. With `shift_logits` the re-alignment is within this call:
-        its first token keeps its own output, so a caller that needs token i's prediction queries token i - 1."""
-        hidden = self.norm(self.hidden(tokens, attn_mask, positions, cache, commit))
-        logits = F.linear(hidden, self.embed.weight if self.head is None else self.head.weight).float()
+                cache: KVCache | None = None, commit: int = 0, logits_at: slice | None = None) -> torch.Tensor:
+        """Logits of `tokens` (only of the columns `logits_at`, if given: the output layer and the float32 copy
+        are the largest tensors of a step); other arguments as `hidden`. With `shift_logits` the re-alignment is
+        within this call: its first token keeps its own output, so a caller that needs token i's prediction
+        queries token i - 1."""
+        hidden = self.hidden(tokens, attn_mask, positions, cache, commit)
+        first = 0 if logits_at is None else logits_at.start
+        if logits_at is not None:  # one column more on the left where the shift reads it
+            hidden = hidden[:, first - 1 if self.shift and first > 0 else first: logits_at.stop]
+        weight = self.embed.weight if self.head is None else self.head.weight
+        logits = F.linear(self.norm(hidden), weight).float()
         if self.shift:
-            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[:, 1 if first > 0 else 0:]
         return logits
 
     def positions_for(self, tokens: torch.Tensor, attn_mask: Any, cache: KVCache | None) -> torch.Tensor:

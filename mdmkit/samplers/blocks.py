@@ -36,10 +36,12 @@ def enter_blocks(row_masked: torch.Tensor, row_block: torch.Tensor, current_bloc
 
 def eligible_span(eligible: torch.Tensor) -> slice:
     """The narrowest column range holding every eligible position of every row (a step's math needs no more)."""
-    columns = eligible.any(0).nonzero()
-    if columns.numel() == 0:
-        return slice(0, eligible.shape[1])
-    return slice(int(columns[0]), int(columns[-1]) + 1)
+    length = eligible.shape[1]
+    present = eligible.any(0)
+    columns = torch.arange(length, device=eligible.device)
+    first, last = torch.stack([torch.where(present, columns, length).min(),
+                               torch.where(present, columns, -1).max()]).tolist()  # one wait for the host
+    return slice(0, length) if last < 0 else slice(first, last + 1)
 
 
 def best_of(score: torch.Tensor, pool: torch.Tensor, count: torch.Tensor, descending: bool) -> torch.Tensor:

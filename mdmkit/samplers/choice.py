@@ -36,15 +36,15 @@ def choose_tokens(
     return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1)
 
 
-def choose_in_span(logits: torch.Tensor, span: slice, mask_id: int, temperature: float, top_p: float,
+def choose_in_span(logits: torch.Tensor, span: slice, length: int, mask_id: int, temperature: float, top_p: float,
                    generator: torch.Generator | None, dtype: torch.dtype = torch.float32
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens and their probabilities [R, L] chosen from `logits` [R, L, V] (in `dtype`, the mask token never
-    chosen) at the columns of `span` only; `mask_id` and 0 elsewhere. Samplers pass the columns a step may
-    reveal, so the vocabulary-wide work skips the prompt."""
-    part = without_mask(logits[:, span], mask_id, dtype)
+    """Tokens and their probabilities [R, length] chosen from `logits` [R, S, V], those of the canvas columns
+    `span` (in `dtype`, the mask token never chosen); `mask_id` and 0 elsewhere. Samplers pass the columns a step
+    may reveal, so the vocabulary-wide work skips the prompt."""
+    part = without_mask(logits, mask_id, dtype)
     tokens, confidence = choose_tokens(predictive_distribution(part, temperature, top_p), temperature, generator)
-    chosen = torch.full(logits.shape[:2], mask_id, dtype=tokens.dtype, device=tokens.device)
-    probability = torch.zeros(logits.shape[:2], dtype=confidence.dtype, device=confidence.device)
+    chosen = torch.full((logits.shape[0], length), mask_id, dtype=tokens.dtype, device=tokens.device)
+    probability = torch.zeros(chosen.shape, dtype=confidence.dtype, device=confidence.device)
     chosen[:, span], probability[:, span] = tokens, confidence
     return chosen, probability

@@ -18,6 +18,7 @@ from mdmkit.models.denoiser import (
     CAUSAL_HEAD,
     HIDDEN_STATES,
     KV_CACHE,
+    LOGITS_AT,
     Denoiser,
     capabilities_of,
     missing_capability,
@@ -52,8 +53,9 @@ class ForwardCounter:
     def _count(self, tokens: torch.Tensor, rows: torch.Tensor) -> None:
         if tokens.shape[0] != rows.numel():
             raise ValueError(f"{tokens.shape[0]} sequences passed for {rows.numel()} rows")
-        self.nfe[rows.cpu()] += 1
-        self.tokens[rows.cpu()] += tokens.shape[1]
+        rows = rows.cpu()
+        self.nfe[rows] += 1
+        self.tokens[rows] += tokens.shape[1]
         if self._on_forward is not None:
             self._on_forward()
 
@@ -62,10 +64,16 @@ class ForwardCounter:
             raise missing_capability(self._network, capability)
         return self._network
 
-    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """Run the network on `tokens` [len(rows), L], the current state of batch rows `rows`."""
+    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, *, logits_at: slice | None = None,
+                 **kwargs: Any) -> torch.Tensor:
+        """Run the network on `tokens` [len(rows), L], the current state of batch rows `rows`; with `logits_at`,
+        only those columns' logits come back (computed only there by a network with `logits_at`)."""
         self._count(tokens, rows)
-        return self._network(tokens, **kwargs)
+        if logits_at is None:
+            return self._network(tokens, **kwargs)
+        if LOGITS_AT in self.capabilities:
+            return self._network(tokens, logits_at=logits_at, **kwargs)
+        return self._network(tokens, **kwargs)[:, logits_at]
 
     def forward_with_hidden(self, tokens: torch.Tensor, rows: torch.Tensor,
                             **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -167,14 +167,15 @@ class DUSSampler(Sampler):
             if bool((stage > torch.where(in_block, last_of[rows], -1).max(1).values).any()):
                 raise RuntimeError("internal: a DUS block outlived its last group")
 
+            span = eligible_span(row_masked & in_block)
             if cache is not None:
                 due = entered if self.cache_refresh is None else stage % self.cache_refresh == 0
-                logits = cache.logits(rows, state, in_block, due)
+                logits = cache.logits(rows, state, in_block, due, span)
             else:
                 kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-                logits = network(state, rows, **kwargs)
-            choice, confidence = choose_in_span(logits, eligible_span(row_masked & in_block), mask_id,
-                                                self.temperature, self.top_p, generator, torch.float64)
+                logits = network(state, rows, logits_at=span, **kwargs)
+            choice, confidence = choose_in_span(logits, span, length, mask_id, self.temperature, self.top_p,
+                                                generator, torch.float64)
 
             # this step's group, with the positions deferred from earlier groups of the block
             scheduled = row_masked & in_block & (group_of[rows] <= stage[:, None])

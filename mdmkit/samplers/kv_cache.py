@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import KVCache, positions_from
+from mdmkit.models.denoiser import CacheWindow, KVCache, positions_from
 from mdmkit.samplers.counting import ForwardCounter
 
 CacheMode = Literal["none", "prefix", "dual"]
@@ -65,34 +65,33 @@ class BlockCache:
         self.store: KVCache | None = None
         self.store_rows: torch.Tensor | None = None  # the batch rows of `store`, ascending
 
-    def logits(self, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
-               refresh: torch.Tensor) -> torch.Tensor:
-        """Logits [R, L, V] of `state` [R, L] (batch rows `rows`, ascending): full forwards that rewrite the cache
-        for the `refresh` rows, query forwards on the cache over their block (`in_block` [R, L]) for the others.
-
-        Positions a query forward does not run get zero logits (the loop reveals only inside the block).
-        """
+    def logits(self, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor, refresh: torch.Tensor,
+               span: slice) -> torch.Tensor:
+        """Logits [R, S, V] of the columns `span` of `state` [R, L] (batch rows `rows`, ascending; `span` holds
+        every position a step may reveal, all inside the rows' blocks `in_block` [R, L]): full forwards that
+        rewrite the cache for the `refresh` rows, query forwards on the cache over their block for the others."""
         self._keep_rows(rows)
-        require(self.store is not None or bool(refresh.all()), "internal: the first forward refreshes every row")
-        if bool(refresh.all()):
-            return self._refresh(rows, state)
+        refreshing = int(refresh.sum())
+        if refreshing == len(rows):
+            return self._refresh(rows, state, span)
+        require(self.store is not None, "internal: the first forward refreshes every row")
         start, end = block_spans(in_block)
         if self.shifted:  # the block's first logits are the output one position left of it (see the module)
             start = (start - 1).clamp(min=0)
         if self.mode == "prefix":
             end = torch.full_like(end, self.length)
-        if not bool(refresh.any()):
-            return self._query(rows, state, start, end)
+        if refreshing == 0:
+            return self._query(rows, state, start, end, span)
         fresh, cached = refresh.nonzero().squeeze(1), (~refresh).nonzero().squeeze(1)
-        refreshed = self._refresh(rows[fresh], state[fresh])
-        queried = self._query(rows[cached], state[cached], start[cached], end[cached])
+        refreshed = self._refresh(rows[fresh], state[fresh], span)
+        queried = self._query(rows[cached], state[cached], start[cached], end[cached], span)
         logits = refreshed.new_empty(len(rows), *refreshed.shape[1:])
         logits[fresh], logits[cached] = refreshed, queried
         return logits
 
     def _keep_rows(self, rows: torch.Tensor) -> None:
-        """Drop the cache rows of finished rows (rows only ever leave the loop)."""
-        if self.store_rows is None or torch.equal(rows, self.store_rows):
+        """Drop the cache rows of finished rows (rows only ever leave the loop, so equal counts are equal rows)."""
+        if self.store_rows is None or len(rows) == len(self.store_rows):
             return
         self.store = self._cache_of(rows)
         self.store_rows = rows
@@ -100,7 +99,7 @@ class BlockCache:
     def _cache_of(self, rows: torch.Tensor) -> KVCache:
         """The cache of `rows` (the store itself where they are all its rows, else a copy)."""
         require(self.store is not None and self.store_rows is not None, "internal: a row was never refreshed")
-        if torch.equal(rows, self.store_rows):
+        if len(rows) == len(self.store_rows):
             return self.store
         return self.store.select(torch.searchsorted(self.store_rows, rows))
 
@@ -109,12 +108,12 @@ class BlockCache:
             return torch.arange(self.length, device=rows.device).expand(len(rows), -1)
         return positions_from(self.keep[rows])
 
-    def _refresh(self, rows: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def _refresh(self, rows: torch.Tensor, state: torch.Tensor, span: slice) -> torch.Tensor:
         """The plain forward of `rows`, writing the keys and values of all their positions to the cache."""
         written = KVCache.empty(self.n_layers)
         attn_mask = None if self.keep is None else self.keep[rows][:, None, None, :]
         logits = self.network(state, rows, attn_mask=attn_mask, positions=self._positions(rows), cache=written,
-                              commit=self.length)
+                              commit=self.length, logits_at=span)
         keys = [k.contiguous() for k in written.keys]
         values = [v.contiguous() for v in written.values]
         if self.store is None or self.store_rows is None:
@@ -126,12 +125,18 @@ class BlockCache:
             self.store.values[layer][index] = values[layer]  # type: ignore[index]
         return logits
 
-    def _query(self, rows: torch.Tensor, state: torch.Tensor, start: torch.Tensor,
-               end: torch.Tensor) -> torch.Tensor:
-        """Positions [start, end) of each row as queries against its cached entries outside them."""
+    def _query(self, rows: torch.Tensor, state: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
+               span: slice) -> torch.Tensor:
+        """Positions [start, end) of each row as queries against its cached entries outside them; the logits of
+        the columns `span` (inside every row's window)."""
+        first, last, stop, widest = torch.stack([start.min(), start.max(), end.min(), (end - start).max()]).tolist()
+        if first == last and stop == first + widest and self.keep is None and first <= span.start <= span.stop <= stop:
+            # one window for every row and no padding: its entries replaced in place, attention without a mask
+            window = CacheWindow(self._cache_of(rows), at=first)
+            return self.network(state[:, first: first + widest], rows, positions=self._positions(rows)[:, first:stop],
+                                cache=window, logits_at=slice(span.start - first, span.stop - first))
         length, device = self.length, state.device
-        width = int((end - start).max())
-        offsets = torch.arange(width, device=device)
+        offsets = torch.arange(widest, device=device)
         where = start[:, None] + offsets
         valid = where < end[:, None]  # slots past a row's end are padding: query only, seen by none
         where = where.clamp(max=length - 1)
@@ -141,12 +146,13 @@ class BlockCache:
             visible |= columns[None, :] >= end[:, None]
         if self.keep is not None:
             visible &= self.keep[rows]
-        own = valid[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)[None]
-        attn_mask = torch.cat([visible[:, None, :].expand(-1, width, -1), own], 2)[:, None]
+        own = valid[:, None, :] | torch.eye(widest, dtype=torch.bool, device=device)[None]
+        attn_mask = torch.cat([visible[:, None, :].expand(-1, widest, -1), own], 2)[:, None]
         queried = self.network(state.gather(1, where), rows, attn_mask=attn_mask,
                                positions=self._positions(rows).gather(1, where), cache=self._cache_of(rows))
-        # back onto the canvas: padding slots go to a spare column that is cut off
-        full = queried.new_zeros(len(rows), length + 1, queried.shape[-1])
-        target = torch.where(valid, where, length)
-        full.scatter_(1, target[:, :, None].expand(-1, -1, queried.shape[-1]), queried)
-        return full[:, :length]
+        # onto the span's columns: padding slots and columns outside the span go to a spare column, cut off
+        width = span.stop - span.start
+        target = torch.where(valid & (where >= span.start) & (where < span.stop), where - span.start, width)
+        placed = queried.new_zeros(len(rows), width + 1, queried.shape[-1])
+        placed.scatter_(1, target[:, :, None].expand(-1, -1, queried.shape[-1]), queried)
+        return placed[:, :width]

@@ -57,10 +57,12 @@ class StepRule:
     rows `rows` [R]; memory is kept per batch row and position and updated only for `rows` (rows leave the batch
     when finished). `span` is the columns the step computes (`candidates` [R, S]: the positions the budget may
     reveal there). The defaults change nothing. A rule with `needs_hidden` reads the last hidden state of every
-    forward (the network's `hidden_states` capability, full forwards only: no KV cache).
+    forward (the network's `hidden_states` capability, full forwards only: no KV cache); one that overrides
+    `commit` or `also` sets `reads_canvas` (they see every column's logits, which the step otherwise skips).
     """
 
     needs_hidden = False
+    reads_canvas = False  # `commit` or `also` read every column's logits (else the step computes its span's only)
 
     def __init__(self, answer: torch.Tensor) -> None:
         columns = answer.any(0).nonzero()  # memory covers the columns of the answer positions only
@@ -100,6 +102,7 @@ class StepRules(StepRule):
     def __init__(self, *rules: StepRule) -> None:
         self.rules = rules
         self.needs_hidden = any(rule.needs_hidden for rule in rules)
+        self.reads_canvas = any(rule.reads_canvas for rule in rules)
 
     @staticmethod
     def of(*rules: StepRule | None) -> StepRule | None:
@@ -231,22 +234,28 @@ class MaskedSampler(Sampler):
             step_in_block[rows] = torch.where(entered, 0, step_in_block[rows])
             block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
 
+            # the step's math runs on the columns some row may reveal (a text answer, or its block: not the prompt),
+            # and so does the network's output layer, unless a rule reads every column; the random order draws one
+            # uniform per canvas position, as Dream's code does, so it keeps every column
+            span = slice(0, length) if self.ordering == "random" else eligible_span(eligible)
+            narrow = rule is None or not rule.reads_canvas
             kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
             if cache is not None:
                 due = entered if self.cache_refresh is None else step_in_block[rows] % self.cache_refresh == 0
-                logits, hidden = cache.logits(rows, state, in_block, due), None
+                logits, hidden = cache.logits(rows, state, in_block, due, span if narrow else slice(0, length)), None
             elif not needs_hidden:
-                logits, hidden = network(state, rows, **kwargs), None
+                logits, hidden = network(state, rows, logits_at=span if narrow else None, **kwargs), None
             else:
                 logits, hidden = network.forward_with_hidden(state, rows, **kwargs)
-            commit = None if rule is None else rule.commit(rows, logits, row_masked)
-            if commit is not None:  # these rows reveal every masked position now, past their block
-                eligible = eligible | (commit[:, None] & row_masked)
-            # the step's math runs on the columns some row may reveal (a text answer, or its block: not the prompt);
-            # the random order draws one uniform per canvas position, as Dream's code does, so it keeps every column
-            span = slice(0, length) if self.ordering == "random" else eligible_span(eligible)
+            full, commit = logits, None
+            if rule is not None and not narrow:
+                commit = rule.commit(rows, logits, row_masked)
+                if commit is not None:  # these rows reveal every masked position now, past their block
+                    eligible = eligible | (commit[:, None] & row_masked)
+                    span = eligible_span(eligible)
+                logits = logits[:, span]
             candidates = eligible[:, span]
-            full, raw = logits, logits[:, span].float()
+            raw = logits.float()
             logits = without_mask(raw, mask_id)
             if rule is not None:
                 logits = rule.fuse(rows, span, logits, candidates)
@@ -273,7 +282,7 @@ class MaskedSampler(Sampler):
                 reveal = torch.where(picked.any(1, keepdim=True), picked & candidates, reveal)
             if commit is not None:
                 reveal = torch.where(commit[:, None], candidates, reveal)
-            extra = None if rule is None else rule.also(rows, state, full, hidden)
+            extra = None if rule is None or narrow else rule.also(rows, state, full, hidden)
             if extra is not None:
                 reveal |= (extra & eligible)[:, span]
             x[rows, span] = torch.where(reveal, choice, state[:, span])

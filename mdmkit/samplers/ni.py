@@ -93,6 +93,7 @@ class IndicatorRule(StepRule):
     rows as a `share` of a forward."""
 
     needs_hidden = True
+    reads_canvas = True
 
     def __init__(self, answer: torch.Tensor, scorer: Callable[..., torch.Tensor], threshold: float, share: float,
                  network: ForwardCounter, mask_id: int) -> None:

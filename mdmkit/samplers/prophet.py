@@ -49,6 +49,8 @@ def mean_gap(logits: torch.Tensor, masked: torch.Tensor, mask_id: int) -> torch.
 
 
 class _EarlyCommit(StepRule):
+    reads_canvas = True
+
     def __init__(self, answer: torch.Tensor, rule: CommitGap, mask_id: int) -> None:
         super().__init__(answer)
         self.rule, self.mask_id = rule, mask_id

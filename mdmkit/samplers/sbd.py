@@ -193,13 +193,14 @@ class _BlockNetwork:
     def __init__(self, state: _CausalDecodeState, rows: torch.Tensor, valid: torch.Tensor) -> None:
         self.state, self.rows, self.valid, self.first = state, rows, valid, True
 
-    def __call__(self, block: torch.Tensor, rows: torch.Tensor, **_: object) -> torch.Tensor:
+    def __call__(self, block: torch.Tensor, rows: torch.Tensor, logits_at: slice | None = None,
+                 **_: object) -> torch.Tensor:
         outer = self.rows[rows]
         if self.first:  # the block's first pass also writes the clean tokens committed since the last one
             require(len(rows) == len(self.rows), "internal: the first pass of a block runs every row")
         _, _, logits = self.state.forward(outer, block, self.valid[rows], commit=self.first)
         self.first = False
-        return logits
+        return logits if logits_at is None else logits[:, logits_at]
 
     def mark_stopped(self, rows: torch.Tensor) -> None:
         self.state.counter.mark_stopped(self.rows[rows.to(self.rows.device)])

@@ -215,9 +215,9 @@ class SlowFastSampler(Sampler):
             keep = keep & canvas.attention_mask[rows][:, :width].bool()
         hides = canvas.attention_mask is not None or bool((need < length).any())
         kwargs = {"attn_mask": keep[:, None, None, :]} if hides else {}
-        logits = network(state[:, :width], rows, **kwargs)
         span = eligible_span(candidates[:, :width])
-        choice, confidence = choose_in_span(logits, span, canvas.mask_id, self.temperature, self.top_p,
+        logits = network(state[:, :width], rows, logits_at=span, **kwargs)
+        choice, confidence = choose_in_span(logits, span, width, canvas.mask_id, self.temperature, self.top_p,
                                             canvas.generator, torch.float64)
         pad = length - width
         return (torch.nn.functional.pad(choice, (0, pad), value=canvas.mask_id),
