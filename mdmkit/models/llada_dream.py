@@ -6,8 +6,9 @@ v2), where the rotation is computed (LLaDA in float32, the Qwen2 models in the w
 start under left padding (Dream: at each row's first real token), the output layout (the logits at i-1 predict
 token i; `shift_logits` re-aligns them as the models' own samplers do), and the attention pattern: bidirectional
 (LLaDA, Dream) or block-causal (Fast-dLLM v2, `attention_block`: a token sees its own block and every earlier one,
-blocks counted from absolute position 0, so finished blocks can sit in an exact KV cache). Reading a hub
-checkpoint into this network is `mdmkit.models.llm_checkpoints`.
+blocks counted from absolute position 0, so finished blocks can sit in an exact KV cache). The mixture-of-experts
+models (LLaDA-MoE, and LLaDA2.0, block-causal) add per-head QK-norm, a partial rotary and MoE MLPs (`moe.py`).
+Reading a hub checkpoint into this network is `mdmkit.models.llm_checkpoints`.
 
 The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works unchanged.
 """
@@ -24,6 +25,7 @@ from torch import nn
 
 from mdmkit.core.config import Validated, require
 from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
+from mdmkit.models.moe import MoE, MoEConfig
 
 
 @dataclass
@@ -46,6 +48,10 @@ class DiffusionLMConfig(Validated):
     pad_positions: bool = False  # under a key-padding mask, positions start at each row's first real token
     shift_logits: bool = False  # Dream: position i reads the output of i - 1 (position 0 keeps its own)
     attention_block: int | None = None  # block-causal attention in blocks of this many positions (None: bidirectional)
+    qk_norm: bool = False  # RMSNorm over each head's queries and keys (weights [head_dim]) before the rotation
+    rotary_dim: int | None = None  # rotate the first this many dims of each head, the rest pass (None: all)
+    attend_padding: bool = False  # a key-padding mask is ignored (LLaDA-MoE's code drops every attention mask)
+    moe: MoEConfig | None = None  # mixture-of-experts MLPs in the layers it names (moe.py)
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden", "max_positions"):
@@ -59,10 +65,18 @@ class DiffusionLMConfig(Validated):
         require(self.rope_theta > 0 and self.rms_eps > 0, "rope_theta and rms_eps must be > 0")
         require(self.attention_block is None or self.attention_block >= 1,
                 f"attention_block={self.attention_block} must be >= 1 or null")
+        require(self.rotary_dim is None or (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0),
+                f"rotary_dim={self.rotary_dim} must be an even number in [2, head_dim={self.head_dim}] or null")
+        require(self.moe is None or all(layer < self.n_layers for layer in self.moe.layers),
+                f"moe.layers must be layer indices below n_layers={self.n_layers}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def rotated_dims(self) -> int:
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
 
 class RMSNorm(nn.Module):
@@ -86,14 +100,19 @@ def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor
 
 
 def rotary_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [B, 1, L, head_dim] in float32 for positions [B, L]; both halves share the frequencies."""
+    """cos, sin [B, 1, L, head_dim] in float32 for positions [B, L]; both halves share the frequencies (`head_dim`:
+    the rotated dims, under a partial rotary)."""
     angles = positions.float()[..., None] * _inv_freq(head_dim, theta, positions.device)
     angles = torch.cat((angles, angles), dim=-1)[:, None]
     return angles.cos(), angles.sin()
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp32: bool) -> torch.Tensor:
-    """Rotary embedding, rotate-half convention, in float32 (`fp32`) or in x's dtype."""
+    """Rotary embedding, rotate-half convention, in float32 (`fp32`) or in x's dtype; a partial rotary (`cos`
+    narrower than the head) rotates the head's first dims and passes the rest."""
+    if cos.shape[-1] < x.shape[-1]:
+        rotated, passed = x.split([cos.shape[-1], x.shape[-1] - cos.shape[-1]], dim=-1)
+        return torch.cat([rotate(rotated, cos, sin, fp32), passed], dim=-1)
     work = x.float() if fp32 else x
     cos, sin = cos.to(work.dtype), sin.to(work.dtype)
     first, second = work.chunk(2, dim=-1)
@@ -111,6 +130,8 @@ class Attention(nn.Module):
         self.k = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
         self.v = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
         self.o = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.q_norm = RMSNorm(config.head_dim, config.rms_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_eps) if config.qk_norm else None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
                 cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
@@ -119,6 +140,8 @@ class Attention(nn.Module):
         q = self.q(x).view(batch, length, config.n_heads, config.head_dim).transpose(1, 2)
         k = self.k(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
         v = self.v(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotate(q, *rotary, config.rope_fp32), rotate(k, *rotary, config.rope_fp32)
         if cache is not None:
             store, layer, commit = cache
@@ -141,14 +164,16 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x))."""
+    """x + attn(norm(x)), then x + mlp(norm(x)); the MLP of layer `index` is a mixture of experts where
+    `config.moe` names it."""
 
-    def __init__(self, config: DiffusionLMConfig) -> None:
+    def __init__(self, config: DiffusionLMConfig, index: int = 0) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(config.d_model, config.rms_eps)
         self.attn = Attention(config)
         self.mlp_norm = RMSNorm(config.d_model, config.rms_eps)
-        self.mlp = SwiGLU(config)
+        moe = config.moe is not None and index in config.moe.layers
+        self.mlp = MoE(config.d_model, config.moe) if moe else SwiGLU(config)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
                 cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
@@ -180,12 +205,20 @@ class DiffusionLM(nn.Module):
         self.mask_id = config.mask_id
         self.shift = config.shift_logits
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(Block(config, index) for index in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
         self.head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def active_parameters(self) -> int:
+        """Parameters one token's forward uses: all but the routed experts it is not sent to."""
+        moe = self.config.moe
+        if moe is None:
+            return self.num_parameters()
+        idle = (moe.experts - moe.top_k) * moe.expert_parameters(self.config.d_model)
+        return self.num_parameters() - idle * sum(isinstance(block.mlp, MoE) for block in self.blocks)
 
     @property
     def n_layers(self) -> int:
@@ -230,6 +263,8 @@ class DiffusionLM(nn.Module):
         a key-padding mask (or none) is combined with the block-causal mask, the cache taken to hold positions
         0..T-1 as the default positions fill it; any other mask is the caller's whole pattern.
         """
+        if self.config.attend_padding and key_padding_keep(attn_mask) is not None:
+            attn_mask = None  # the model's own code attends to padding
         if positions is None:
             positions = self.positions_for(tokens, attn_mask, cache)
         block = self.config.attention_block
@@ -241,7 +276,7 @@ class DiffusionLM(nn.Module):
         top = int(positions.max()) + 1
         if top > self.config.max_positions:
             raise ValueError(f"position {top - 1} exceeds the model's {self.config.max_positions} positions")
-        rotary = rotary_angles(positions, self.config.head_dim, self.config.rope_theta)
+        rotary = rotary_angles(positions, self.config.rotated_dims, self.config.rope_theta)
         x = self.embed(tokens)
         for index, block in enumerate(self.blocks):
             x = block(x, rotary, attn_mask, None if cache is None else (cache, index, commit))

@@ -1,4 +1,5 @@
-"""Hub checkpoints of LLaDA, Dream and Fast-dLLM v2 read into mdmkit's `DiffusionLM`, without their remote code.
+"""Hub checkpoints of LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE and LLaDA2.0 read into mdmkit's `DiffusionLM`, without
+their remote code (the mixtures of experts' readers and tensor layouts: `moe_checkpoints`).
 
 A checkpoint directory holds `config.json` and `model.safetensors` (or `model.safetensors.index.json` and its
 shards). Each architecture contributes two small parts here: how its `config.json` maps to a
@@ -20,6 +21,8 @@ import torch
 
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.moe import MoEConfig
+from mdmkit.models.moe_checkpoints import Slot, llada2_config, llada2_names, llada_moe_config, llada_moe_names
 
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
 DREAM_MASK_ID = 151666  # DreamConfig's default mask_token_id
@@ -152,8 +155,12 @@ class Architecture:
     block: str  # hub prefix of block {i}
     parts: dict[str, str]  # inside a block, hub suffix -> parameter suffix
     qkv: tuple[str, str, str]  # hub suffixes of the q, k, v projections (their biases follow with qkv_bias)
+    layout: Callable[[DiffusionLMConfig], dict[str, Any]] | None = None  # instead of the maps above (MoE models)
 
-    def names(self, config: DiffusionLMConfig) -> dict[str, str]:
+    def names(self, config: DiffusionLMConfig) -> dict[str, Any]:
+        """Hub name -> parameter name, or the `Slot`(s) it fills."""
+        if self.layout is not None:
+            return self.layout(config)
         names = {hub: own for hub, own in self.top.items() if not (config.tie_embeddings and own == "head.weight")}
         parts = dict(self.parts)
         if config.qkv_bias:
@@ -190,12 +197,25 @@ _DREAM = Architecture(
 
 _FAST_DLLM_V2 = Architecture(_fast_dllm_v2_config, top=_DREAM.top, block=_DREAM.block, parts=_DREAM.parts,
                              qkv=_DREAM.qkv)  # the hub tensor names are Qwen2's, as Dream's
-ARCHITECTURES = {"llada": _LLADA, "dream": _DREAM, "fast_dllm_v2": _FAST_DLLM_V2}
-MODEL_TYPES = {"llada": "llada", "dream": "dream", "fast_dllm_qwen": "fast_dllm_v2"}  # config.json model_type -> kind
+_LLADA_MOE = Architecture(llada_moe_config, top={}, block="", parts={}, qkv=("", "", ""), layout=llada_moe_names)
+_LLADA2 = Architecture(llada2_config, top={}, block="", parts={}, qkv=("", "", ""), layout=llada2_names)
+ARCHITECTURES = {"llada": _LLADA, "dream": _DREAM, "fast_dllm_v2": _FAST_DLLM_V2, "llada_moe": _LLADA_MOE,
+                 "llada2": _LLADA2}
+MODEL_TYPES = {"llada": "llada", "dream": "dream", "fast_dllm_qwen": "fast_dllm_v2",  # config.json model_type -> kind
+               "lladamoe": "llada_moe", "llada2_moe": "llada2"}
+
+
+def declared_kind(raw: dict[str, Any]) -> str | None:
+    """The kind a config.json declares (LLaDA-MoE's hub config says model_type llada, as LLaDA's: its architecture
+    names it)."""
+    declared = MODEL_TYPES.get(str(raw.get("model_type", "")).lower())
+    if declared == "llada" and "LLaDAMoEModelLM" in (raw.get("architectures") or []):
+        return "llada_moe"
+    return declared
 
 
 def read_config(directory: Path, kind: str, mask_id: int | None = None) -> DiffusionLMConfig:
-    """The network config of the checkpoint in `directory`, read as a `kind` (llada | dream | fast_dllm_v2)
+    """The network config of the checkpoint in `directory`, read as a `kind` (a key of ARCHITECTURES)
     config.json; `mask_id` overrides the config's (Fast-dLLM v2 names its mask token only in its tokenizer)."""
     path = directory / "config.json"
     if not path.is_file():
@@ -206,12 +226,14 @@ def read_config(directory: Path, kind: str, mask_id: int | None = None) -> Diffu
         raise CheckpointError(f"{path}: not readable JSON ({error})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: not a JSON object")
-    declared = MODEL_TYPES.get(str(raw.get("model_type", "")).lower())
+    declared = declared_kind(raw)
     if declared is not None and declared != kind:
         raise CheckpointError(f"{path}: a {raw['model_type']} checkpoint (model_type), not {kind}: load it as "
                               f"kind {declared} (hf.kind={declared})")
     try:
         read = ARCHITECTURES[kind].read(_Fields(raw, path))
+        if read.get("moe") is not None:
+            read["moe"] = MoEConfig(**read["moe"])
         return DiffusionLMConfig(**{**read, **({} if mask_id is None else {"mask_id": mask_id})})
     except ConfigError as error:
         raise CheckpointError(f"{path}: {error}") from None
@@ -236,9 +258,30 @@ def weight_files(directory: Path) -> list[Path]:
     raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
 
 
+def _stored_shape(slots: list[Slot], shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape the hub tensor filling `slots` must have: a parameter's, an expert's, or the fused rows'."""
+    first = slots[0]
+    if first.rows is not None:
+        return (max(slot.rows[1] for slot in slots if slot.rows), *shapes[first.name][1:])
+    return shapes[first.name] if first.index is None else shapes[first.name][1:]
+
+
+def _place(state: dict[str, torch.Tensor], slots: list[Slot], tensor: torch.Tensor,
+           shapes: dict[str, tuple[int, ...]]) -> None:
+    for slot in slots:
+        part = tensor if slot.rows is None else tensor[slot.rows[0]: slot.rows[1]].contiguous()
+        if slot.index is None:
+            state[slot.name] = part
+            continue
+        if slot.name not in state:  # a stacked parameter, filled one expert at a time
+            state[slot.name] = tensor.new_empty(shapes[slot.name])
+        state[slot.name][slot.index] = part
+
+
 def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = torch.float32,
                       device: str | torch.device = "cpu", mask_id: int | None = None) -> DiffusionLM:
-    """A LLaDA, Dream or Fast-dLLM v2 checkpoint directory (`kind` llada | dream | fast_dllm_v2) as a `DiffusionLM`
+    """A LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE or LLaDA2.0 checkpoint directory (`kind` a key of ARCHITECTURES) as a
+    `DiffusionLM`
     in eval mode; `mask_id` as `read_config`'s."""
     from safetensors import SafetensorError, safe_open
 
@@ -253,6 +296,7 @@ def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = tor
         network = DiffusionLM(config)
     shapes = {name: tuple(tensor.shape) for name, tensor in network.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
+    seen: set[str] = set()
     for file in weight_files(directory):
         try:
             with safe_open(str(file), framework="pt") as handle:
@@ -260,17 +304,23 @@ def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = tor
                 for name in stored:
                     target = names.get(name)
                     if target is None:
-                        if name.endswith("rotary_emb.inv_freq") or name in ARCHITECTURES[kind].top:
+                        tied_head = config.tie_embeddings and name == "lm_head.weight"
+                        if name.endswith("rotary_emb.inv_freq") or name in ARCHITECTURES[kind].top or tied_head:
                             continue  # recomputed from rope_theta / a tied output layer saved anyway
                         raise CheckpointError(f"{file}: unexpected tensor '{name}' for this {kind} config")
+                    slots = [Slot(target)] if isinstance(target, str) else [target] if isinstance(target, Slot) \
+                        else target
                     shape = tuple(handle.get_slice(name).get_shape())
-                    if shape != shapes[target]:
+                    implied = _stored_shape(slots, shapes)
+                    if shape != implied:
                         raise CheckpointError(f"{file}: tensor '{name}' has shape {list(shape)}, the config "
-                                              f"implies {list(shapes[target])}")
-                    state[target] = handle.get_tensor(name).to(dtype).to(device)  # one tensor in memory at a time
+                                              f"implies {list(implied)}")
+                    tensor = handle.get_tensor(name).to(dtype).to(device)  # one tensor in memory at a time
+                    _place(state, slots, tensor, shapes)
+                    seen.add(name)
         except (SafetensorError, OSError) as error:
             raise CheckpointError(f"{file}: unreadable safetensors ({error})") from None
-    missing = sorted(hub for hub, own in names.items() if own not in state)
+    missing = sorted(set(names) - seen)
     if missing:
         raise CheckpointError(f"{directory}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
                               f"'{missing[0]}'")
