@@ -1,15 +1,15 @@
 """The LLM path at real size on a GPU: tokens/s, ms per forward beside its roofline, peak memory, host syncs.
 
-    python -m benchmarks.bench_llm_path --device cuda                    # the GPU page (docs/results/llm_path_gpu)
-    python -m benchmarks.bench_llm_path --device cuda --models llada-8b --prompts 512 --batches 1 --budget-s 240
-    python -m benchmarks.bench_llm_path --scale 512,4 --out docs/results/llm_path_cpu   # the same run on a CPU
-    python -m benchmarks.bench_llm_path --page-only --out docs/results/llm_path_gpu      # re-make from <out>.jsonl
+    python -m benchmarks.bench_llm_path --device cuda --repeats 1 --budget-s 420   # one device call, ~8 minutes
+    python -m benchmarks.bench_llm_path --device cuda --models llada-8b --prompts 512 --batches 1 --rules
+    python -m benchmarks.bench_llm_path --scale 256,2 --prompts 512 --batches 1 8   # the same run on a CPU
+    python -m benchmarks.bench_llm_path --page-only --out docs/results/llm_path_gpu  # re-make from <out>.jsonl
 
-Cases run in order of importance (batch 1 first, then larger batches; the first model first) and each is written
-to `<out>.jsonl` as soon as it is measured, so a run cut short keeps what it did; `--budget-s` stops starting
-new cases once that many seconds have passed. A case that runs out of memory is recorded as such. See
-`benchmarks.llm_path` for the method.
-"""
+Both networks are built first (31 GB in bf16), then cases run in order of importance: batch 1 for every model and
+prompt, the rules' overhead at batch 1, then each larger batch (and the rules at their next batch size). Each case
+is written to `<out>.jsonl` as soon as it is measured, so a run cut short keeps what it did; `--budget-s` stops
+starting new cases once that many seconds have passed. A case that runs out of memory is recorded as such. See
+`benchmarks.llm_path` for the method."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,21 @@ from benchmarks.llm_path import (
     steps_sampler,
 )
 from benchmarks.llm_path_page import write_llm_path_page
+from benchmarks.roofline import ModelShape
 from mdmkit import api
 from mdmkit.analysis.pages import Page, command_line, run_script, stamp
 from mdmkit.core.errors import MdmkitError
+from mdmkit.models.llada_dream import DiffusionLM
+
+
+@dataclass
+class Model:
+    """A benchmarked network, its name and its roofline shape."""
+
+    name: str
+    network: DiffusionLM
+    shape: ModelShape
+
 
 RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "prophet", "dus", "wino")
 
@@ -116,27 +128,46 @@ class Run:
         shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in record.items()}
         print(json.dumps(shown), flush=True)
 
-    def model(self, name: str) -> None:
+    def build(self, name: str) -> Model:
         config = PRESETS[name] if self.args.scale is None else scaled(PRESETS[name], *self.args.scale)
-        network = random_llm(config, self.device, self.dtype)
-        self.parameters[name] = network.num_parameters()
-        shape = model_shape(config, torch.finfo(self.dtype).bits // 8)
+        model = Model(name, random_llm(config, self.device, self.dtype),
+                      model_shape(config, torch.finfo(self.dtype).bits // 8))
+        self.parameters[name] = model.network.num_parameters()
         print(f"{name}: {self.parameters[name] / 1e9:.2f}B parameters on {self.device} in {self.args.dtype}",
               flush=True)
-        for prompt in self.args.prompts:
-            for mode in self.args.modes:  # warm-up, counting host syncs
-                warm = generate(network, self._canvas(network, prompt, 1), self._sampler(mode))
-                self.syncs[name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
-            for batch in self.args.batches:
-                for mode in self.args.modes:
-                    if self.out_of_time():
-                        return
-                    self.case(network, name, shape, prompt, batch, mode)
-        if self.args.rules:
-            self.rule_overheads(network, name)
-        del network
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        return model
+
+    def plan(self, models: list[Model]) -> list[tuple[str, Model, int, int]]:
+        """(what, model, prompt, batch) in order of importance: each batch size for every model and prompt, the
+        rules' overhead at each of their batch sizes as soon as cases at that size have run."""
+        steps: list[tuple[str, Model, int, int]] = []
+        rule_batches = sorted(self.args.rule_batches) if self.args.rules else []
+        for batch in sorted(self.args.batches):
+            steps += [("case", model, prompt, batch) for model in models for prompt in self.args.prompts]
+            while rule_batches and rule_batches[0] <= batch:
+                steps += [("rules", model, self.args.prompts[0], rule_batches.pop(0)) for model in models[:1]]
+        steps += [("rules", models[0], self.args.prompts[0], b) for b in rule_batches]
+        return steps
+
+    def run(self) -> None:
+        models = [self.build(name) for name in self.args.models]
+        for what, model, prompt, batch in self.plan(models):
+            if self.out_of_time():
+                print(f"--budget-s {self.args.budget_s:g} spent: the remaining cases are not run", flush=True)
+                return
+            if what == "rules":
+                self.rule_overheads(model, prompt, batch)
+                continue
+            if (model.name, prompt, self.args.modes[0]) not in self.syncs:
+                self.warm_up(model, prompt)
+            for mode in self.args.modes:
+                self.case(model, prompt, batch, mode)
+
+    def warm_up(self, model: Model, prompt: int) -> None:
+        """One generation per mode at batch 1 (kernels chosen, caches allocated), counting host syncs."""
+        for mode in self.args.modes:
+            warm = generate(model.network, self._canvas(model.network, prompt, 1), self._sampler(mode))
+            self.syncs[model.name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
 
     def _canvas(self, network: Any, prompt: int, batch: int, answer: int | None = None) -> torch.Tensor:
         return canvas(prompt, answer or self.args.answer, batch, network.vocab_size, network.mask_id)
@@ -144,43 +175,42 @@ class Run:
     def _sampler(self, mode: str) -> Any:
         return steps_sampler(mode, self.args.steps_per_block, self.args.block)
 
-    def case(self, network: Any, name: str, shape: Any, prompt: int, batch: int, mode: str) -> None:
-        keys = {"model": name, "prompt": prompt, "answer": self.args.answer, "batch": batch, "mode": mode}
+    def case(self, model: Model, prompt: int, batch: int, mode: str) -> None:
+        keys = {"model": model.name, "prompt": prompt, "answer": self.args.answer, "batch": batch, "mode": mode}
         try:
-            runs = [generate(network, self._canvas(network, prompt, batch), self._sampler(mode), count_syncs=False)
-                    for _ in range(self.args.repeats)]
+            runs = [generate(model.network, self._canvas(model.network, prompt, batch), self._sampler(mode),
+                             count_syncs=False) for _ in range(self.args.repeats)]
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             self.keep({**keys, "error": "out of memory"}, self.cases)
             return
-        record = _median_case(runs, shape=shape, hardware=self.hardware, **keys)
-        loop, inside, forwards = self.syncs[name, prompt, mode]
+        record = _median_case(runs, shape=model.shape, hardware=self.hardware, **keys)
+        loop, inside, forwards = self.syncs[model.name, prompt, mode]
         record.update(loop_syncs_per_forward=loop / forwards, network_syncs_per_forward=inside / forwards)
         self.keep(record, self.cases)
 
-    def rule_overheads(self, network: Any, name: str) -> None:
-        prompt = self.args.prompts[0]
+    def rule_overheads(self, model: Model, prompt: int, batch: int) -> None:
+        """Each rule's loop share over one block of answer, at `batch` (cache dual where the rule takes it)."""
+        network = model.network
+        tokens = self._canvas(network, prompt, batch, answer=self.args.block)
         for rule in self.args.rules:
-            for batch in self.args.rule_batches:
-                if self.out_of_time():
-                    return
-                keys = {"model": name, "rule": rule, "batch": batch, "cache": "dual"}
+            if self.out_of_time():
+                return
+            keys = {"model": model.name, "rule": rule, "batch": batch, "cache": "dual"}
+            try:
                 try:
-                    try:
-                        sampler = api.sampler(rule, block_length=self.args.block, cache="dual")
-                    except MdmkitError:  # a rule that runs full forwards only (WINO's shadow block, ...)
-                        sampler = api.sampler(rule, block_length=self.args.block)
-                        keys["cache"] = "none"
-                    tokens = self._canvas(network, prompt, batch, answer=self.args.block)
-                    generate(network, tokens, sampler, count_syncs=False)  # warm-up
-                    counted = generate(network, tokens, sampler)
-                    timed = generate(network, tokens, sampler, count_syncs=False)
-                except (MdmkitError, torch.cuda.OutOfMemoryError) as error:
-                    self.keep({**keys, "error": str(error).splitlines()[0][:120]}, self.rules)
-                    continue
-                self.keep({**keys, "forwards": len(timed.forwards),
-                           "loop_share": 1 - timed.forward_seconds / timed.seconds,
-                           "loop_syncs_per_forward": counted.loop_syncs / len(counted.forwards)}, self.rules)
+                    sampler = api.sampler(rule, block_length=self.args.block, cache="dual")
+                except MdmkitError:  # a rule that runs full forwards only (WINO's shadow block, ...)
+                    sampler = api.sampler(rule, block_length=self.args.block)
+                    keys["cache"] = "none"
+                generate(network, tokens, sampler, count_syncs=False)  # warm-up
+                counted = generate(network, tokens, sampler)
+                timed = generate(network, tokens, sampler, count_syncs=False)
+            except (MdmkitError, torch.cuda.OutOfMemoryError) as error:
+                self.keep({**keys, "error": str(error).splitlines()[0][:120]}, self.rules)
+                continue
+            self.keep({**keys, "forwards": len(timed.forwards), "loop_share": 1 - timed.forward_seconds / timed.seconds,
+                       "loop_syncs_per_forward": counted.loop_syncs / len(counted.forwards)}, self.rules)
 
     def record(self, command: str) -> dict[str, Any]:
         setup = {k: v for k, v in vars(self.args).items() if k not in ("out", "note", "page_only")}
@@ -212,10 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     run = Run(args, page)
     torch.set_grad_enabled(False)
-    for name in args.models:
-        if run.out_of_time():
-            break
-        run.model(name)
+    run.run()
     record = run.record(command_line(__file__, argv))
     print("wrote " + ", ".join(map(str, write_llm_path_page(page, record, run.cases, run.rules))))
 

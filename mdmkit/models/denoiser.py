@@ -92,6 +92,8 @@ class CacheWindow:
         return self.at
 
     def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor, commit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [B, H, T, D] of the whole cache, the window's rewritten (`commit` changes nothing: the
+        window's entries are written either way)."""
         keys, values = self.store.keys[layer], self.store.values[layer]
         assert keys is not None and values is not None, "a window needs a written cache"
         keys[:, :, self.at: self.at + k.shape[2]] = k

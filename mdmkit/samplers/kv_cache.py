@@ -109,10 +109,15 @@ class BlockCache:
         return positions_from(self.keep[rows])
 
     def _refresh(self, rows: torch.Tensor, state: torch.Tensor, span: slice) -> torch.Tensor:
-        """The plain forward of `rows`, writing the keys and values of all their positions to the cache."""
-        written = KVCache.empty(self.n_layers)
+        """The plain forward of `rows`, writing the keys and values of all their positions to the cache (in place
+        where the cache holds exactly these rows: its buffers are allocated once per `fill`)."""
         attn_mask = None if self.keep is None else self.keep[rows][:, None, None, :]
-        logits = self.network(state, rows, attn_mask=attn_mask, positions=self._positions(rows), cache=written,
+        positions = self._positions(rows)
+        if self.store is not None and self.store_rows is not None and len(rows) == len(self.store_rows):
+            return self.network(state, rows, attn_mask=attn_mask, positions=positions,
+                                cache=CacheWindow(self.store, at=0), commit=self.length, logits_at=span)
+        written = KVCache.empty(self.n_layers)
+        logits = self.network(state, rows, attn_mask=attn_mask, positions=positions, cache=written,
                               commit=self.length, logits_at=span)
         keys = [k.contiguous() for k in written.keys]
         values = [v.contiguous() for v in written.values]
