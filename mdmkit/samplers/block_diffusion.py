@@ -20,7 +20,8 @@ through the counter and is charged to the rows it ran on.
 block's keys and values; while the current sub-block's first position is already revealed, a step forwards only
 the sub-block, attending without a mask to the prefix and to the kept block, whose sub-block entries it replaces
 with fresh ones (the rest are as the last whole-block forward computed them). `prompt_block_unseen` reproduces a
-quirk of the reference `generate` (docs/samplers.md).
+quirk of the reference `generate` (docs/samplers.md). `commit_reveals=false` leaves every position of a block to the
+rule (LLaDA2.0's generate, `sampler=llada2`): the committing forward only writes the cache.
 """
 
 from __future__ import annotations
@@ -167,6 +168,9 @@ class _Decode:
         own |= torch.eye(columns.shape[1], dtype=torch.bool, device=columns.device)[None]
         logits = self.forward(rows, columns, valid, tokens, committed, own, write=valid)
         self.committed[rows] = start
+        if not self.sampler.commit_reveals:
+            self.steps[rows] += 1
+            return
         predicted = logits[torch.arange(len(rows), device=rows.device), start - committed]
         masked = self.x[rows, start] == self.canvas.mask_id
         rule = self.sampler.rule
@@ -290,6 +294,7 @@ class BlockDiffusionSampler(Sampler):
     rule: MaskedSampler = field(default_factory=lambda: ThresholdSampler(tau=0.9, mask_in_softmax=True))
     block_cache: bool = False  # Fast-dLLM v2's sub-block cache (an approximation, see the module)
     prompt_block_unseen: bool = False  # as the reference generate: a prompt exactly one block long is not seen
+    commit_reveals: bool = True  # the committing forward reveals the next block's first token (False: the rule does)
 
     requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})
 

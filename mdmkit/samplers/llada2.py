@@ -1,0 +1,117 @@
+"""LLaDA2.0's rule inside a block: draw every position, reveal what clears the threshold, at least a schedule's count.
+
+The rule of the model's own `generate` (hub modeling_llada2_moe.py), run by block diffusion on each block
+(`sampler=llada2`: blocks of 32, the block one sub-block). Each step draws a token for every position of the block
+from softmax(logits / T), cut to the top-k tokens and then to the top-p nucleus, and scores it by its probability
+(the mask token takes part in the softmax); among the masked positions, every one whose score is above `tau` is
+revealed if they are at least the step's scheduled count, else the count's most confident ones. The schedule spreads
+the block over `steps` steps (n // steps each, one more for the first n % steps), and a block takes at most `steps`
+steps.
+
+Two settings read differently from the hub's: its `temperature=0` still draws (from the untempered softmax), which
+is `temperature: 1.0` here; mdmkit's temperature 0 takes the most probable token. The draw is one
+`torch.multinomial` over the block's [positions, vocab] matrix per step from the canvas generator, as the reference's,
+so a seeded run reproduces the reference's seeded one. The mask token is never chosen (where the reference would draw
+it, a position stays masked there, never here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mdmkit.core.config import require
+from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.masked import MaskedSampler
+from mdmkit.samplers.protocol import Canvas, Sampled, settle_stopped
+
+
+def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """logits / T (T > 0, T != 1), then -inf outside the top-k tokens (ties kept), then outside the smallest
+    prefix of the sorted distribution whose mass exceeds top_p (the reference's filters, in its order)."""
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    if top_k > 0:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = logits.sort(-1, descending=True)
+        beyond = ordered.softmax(-1).cumsum(-1) > top_p
+        beyond = torch.cat([torch.zeros_like(beyond[..., :1]), beyond[..., :-1]], -1)  # keep the crossing token
+        logits = logits.masked_fill(torch.zeros_like(beyond).scatter(-1, order, beyond), float("-inf"))
+    return logits
+
+
+def scheduled_counts(width: int, steps: int) -> torch.Tensor:
+    """Tokens per step to spread `width` positions over `steps` steps: width // steps, one more for the first
+    width % steps."""
+    counts = torch.full((steps,), width // steps, dtype=torch.long)
+    counts[: width % steps] += 1
+    return counts
+
+
+@dataclass
+class Llada2Sampler(MaskedSampler):
+    """LLaDA2.0's in-block rule (see the module); the masked loop's ordering and budget fields do not apply."""
+
+    steps: int = 32  # at most this many steps per block
+    tau: float = 0.95  # reveal every masked position scored above tau when they reach the step's count
+    top_k: int = 0  # draw among the k most probable tokens (0: all)
+    mask_in_softmax: bool = True  # always: the scores come from the softmax over every token, the mask included
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.mask_in_softmax, "llada2's rule scores with the mask token in the softmax: mask_in_softmax true")
+        require(self.ordering == "confidence", "llada2's rule ranks by confidence: ordering confidence")
+        require(self.steps >= 1, f"steps={self.steps} must be >= 1")
+        require(0.0 <= self.tau <= 1.0, f"tau={self.tau} must lie in [0, 1]")
+        require(self.top_k >= 0, f"top_k={self.top_k} must be >= 0")
+        require(self.cache == "none" and self.block_length is None,
+                "llada2's rule fills one block of block diffusion: cache none, block_length null")
+
+    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+        x, mask_id = canvas.tokens.clone(), canvas.mask_id
+        batch, width = x.shape
+        answer = x == mask_id
+        counts = scheduled_counts(width, self.steps).to(x.device)
+        reveal_step = torch.full_like(x, -1)
+        steps = torch.zeros(batch, dtype=torch.long, device=x.device)
+        active = torch.ones(batch, dtype=torch.bool, device=x.device)
+        while True:
+            masked = x == mask_id
+            rows = (masked.any(1) & active & (steps < self.steps)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                return Sampled(x, reveal_step, steps)
+            row_masked = masked[rows]
+            raw = network(x[rows], rows).float()
+            probs = filtered_logits(raw, self.temperature, self.top_k, self.top_p).softmax(-1)
+            tokens = self._draw(probs, raw, mask_id, canvas.generator)
+            score = probs.gather(-1, tokens[..., None]).squeeze(-1).masked_fill(~row_masked, float("-inf"))
+            count = counts[steps[rows]]
+            above = score > self.tau
+            enough = above.sum(1) >= count
+            reveal = torch.zeros_like(above)
+            for row in (~enough).nonzero().squeeze(1).tolist():  # rows short of their count: the most confident
+                k = min(int(count[row]), int(row_masked[row].sum()))
+                reveal[row, torch.topk(score[row], k).indices] = True
+            reveal = torch.where(enough[:, None], above, reveal)
+            x[rows] = torch.where(reveal, tokens, x[rows])
+            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
+            steps[rows] += 1
+            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+
+    def _draw(self, probs: torch.Tensor, raw: torch.Tensor, mask_id: int,
+              generator: torch.Generator | None) -> torch.Tensor:
+        """A token per position [R, W] from `probs` [R, W, V] without the mask token (one multinomial over every
+        position, or the most probable at temperature 0; `raw` the unfiltered logits)."""
+        weights = probs.clone()
+        weights[..., mask_id] = 0.0
+        empty = weights.sum(-1) == 0  # the filters left only the mask token: the best other token
+        if bool(empty.any()):
+            fallback = raw.index_fill(-1, torch.tensor([mask_id], device=raw.device), float("-inf"))
+            weights[empty] = torch.nn.functional.one_hot(fallback[empty].argmax(-1), probs.shape[-1]).to(probs.dtype)
+        if self.temperature == 0.0:
+            return weights.argmax(-1)
+        flat = torch.multinomial(weights.view(-1, weights.shape[-1]), 1, generator=generator)
+        return flat.view(weights.shape[:-1])

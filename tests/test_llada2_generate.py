@@ -1,0 +1,108 @@
+"""LLaDA2.0's own `generate`, token for token: the `llada2` preset (block diffusion, its rule filling each block)
+against the 20 float32 runs of the hub remote code in `../shared/reference_models/llada2_mini/generate.json` (its
+SOURCE.md), through the Python API, on the tiny fixture: greedy (top_k 1) and seeded sampling (temperature 0 and 0.5,
+top_p 0.9), blocks of 32, 16 and 8, prompts shorter and longer than a block.
+
+The reference decodes a canvas of whole blocks (the prompt, then masks up to the end of the last block) and returns
+the answer up to its first eos (or, when `eos_early_stop` settles it, the prompt and the answer up to it); the
+canvas here is the same, and the output is cut the same way. Its seeded runs draw with `torch.multinomial` on the
+global generator: mdmkit draws the same calls from the canvas generator seeded alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from mdmkit import api
+from mdmkit.core.errors import CapabilityError, ConfigError
+
+FIXTURE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models")) / "llada2_mini"
+RUNS_FILE = FIXTURE / "generate.json"
+pytestmark = [pytest.mark.skipif(not RUNS_FILE.is_file(), reason=f"LLaDA2.0's runs not found: {RUNS_FILE}"),
+              pytest.mark.usefixtures("one_thread")]
+RUNS = json.loads(RUNS_FILE.read_text())["float32_mask_shim"] if RUNS_FILE.is_file() else []
+MASK_ID = 1023
+
+
+@cache
+def network(dtype: torch.dtype = torch.float32):
+    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+
+    return load_diffusion_lm(FIXTURE, "llada2", mask_id=MASK_ID, dtype=dtype)
+
+
+def name(run: dict) -> str:
+    return (f"b{run['block_length']}-s{run['steps']}-g{run['gen_length']}-t{run['temperature']}-k{run['top_k']}"
+            f"-p{run['top_p']}-{run['prompt_name']}-eos{run['eos_id']}{'-early' if run['eos_early_stop'] else ''}")
+
+
+def preset(run: dict):
+    """The `llada2` preset with the run's settings (the hub's temperature 0 draws from the untempered softmax)."""
+    block = run["block_length"]
+    sampler = api.sampler("llada2", block_size=block, sub_block=block)
+    rule = sampler.rule
+    rule.steps = min(run["steps"], run["gen_length"] // run["minimal_topk"])
+    rule.tau, rule.top_k, rule.top_p = run["threshold"], run["top_k"] or 0, run["top_p"] or 1.0
+    rule.temperature = run["temperature"] or 1.0
+    return sampler
+
+
+def reference_cut(run: dict, canvas: list[int]) -> list[int]:
+    """What the reference returns from the decoded canvas: the answer to its first eos, or, where eos_early_stop
+    settled it (no mask left before it), the prompt and the answer to its first eos."""
+    prompt, eos = len(run["prompt"][0]), run["eos_id"]
+    answer = canvas[prompt: prompt + run["gen_length"]]
+    first = answer.index(eos) if eos in answer else None
+    if first is None:
+        return answer
+    early = run["eos_early_stop"] and len(run["sequences"][0]) == prompt + first + 1
+    return canvas[: prompt + first + 1] if early else answer[: first + 1]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=name)
+def test_the_llada2_preset_reproduces_its_generate(run: dict) -> None:
+    prompt = run["prompt"][0]
+    block = run["block_length"]
+    canvas_end = -(-(len(prompt) + run["gen_length"]) // block) * block  # whole blocks, as the reference's canvas
+    filled = api.fill(network(), [prompt], preset(run), canvas_end - len(prompt), MASK_ID, seed=run["seed"] or 0)
+    canvas = filled.tokens[0].tolist()
+    assert MASK_ID not in canvas
+    assert reference_cut(run, canvas) == run["sequences"][0]
+
+
+def test_the_runs_cover_greedy_and_seeded_sampling_with_both_return_formats() -> None:
+    assert len(RUNS) == 20
+    assert {run["top_k"] for run in RUNS} == {1, None} and {run["temperature"] for run in RUNS} == {0.0, 0.5}
+    # eos_early_stop returns the prompt with the answer; the other format is the answer alone
+    assert any(len(run["sequences"][0]) == 49 and run["prompt_name"] == "long37" for run in RUNS)
+
+
+def test_each_block_costs_its_steps_and_one_committing_forward() -> None:
+    # greedy top-1 scores every drawn token 1.0 > 0.95: each block fills in one step; the committing forward of a
+    # finished block (exact cache) reveals nothing here, unlike Fast-dLLM v2's
+    run = RUNS[0]
+    assert (run["top_k"], run["block_length"], len(run["prompt"][0])) == (1, 32, 10)
+    filled = api.fill(network(), run["prompt"], preset(run), 54, MASK_ID)
+    assert filled.nfe.tolist() == [3]  # block 0, commit block 0, block 1
+
+
+def test_the_rule_refuses_what_it_does_not_compute() -> None:
+    with pytest.raises(ConfigError, match="mask_in_softmax true"):
+        api.sampler("llada2_rule", mask_in_softmax=False)
+    with pytest.raises(ConfigError, match="top_k=-1 must be >= 0"):
+        api.sampler("llada2_rule", top_k=-1)
+
+
+def test_block_diffusion_refuses_a_bidirectional_moe_network() -> None:
+    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+
+    llada_moe = load_diffusion_lm(FIXTURE.parent / "llada_moe", "llada_moe")
+    with pytest.raises(CapabilityError, match="block-causal"):
+        api.fill(llada_moe, [[5, 6, 7]], api.sampler("llada2"), 8, MASK_ID)
