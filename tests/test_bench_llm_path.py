@@ -59,3 +59,24 @@ def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_pat
     before = page
     bench_llm_path.main(["--page-only", "--out", str(out)])
     assert out.with_suffix(".md").read_text() == before
+
+
+def test_revisions_page_compares_each_case_by_the_median_of_its_rounds(tmp_path):
+    from benchmarks import bench_llm_path_revisions
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    case = {"model": "llada-8b", "prompt": 64, "batch": 1, "mode": "dual", "loop_share": 0.1, "ms_per_forward": 10.0}
+    for name, speeds, syncs in (("before", (10.0, 12.0, 30.0), 10.0), ("after", (20.0, 24.0, 26.0), 4.0)):
+        for round_, speed in enumerate(speeds, 1):
+            rows = [{**case, "tokens_per_s": speed, "loop_syncs_per_forward": syncs},
+                    {"model": "llada-8b", "rule": "eb", "batch": 1}]  # rule rows are not compared
+            (runs / f"{name}-{round_}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "changes"
+    bench_llm_path_revisions.main(["--before", "aaa", "--after", "bbb", "--rounds", "3", "--runs", str(runs),
+                                   "--out", str(out), "--", "--scale", "64,1"])
+    record = json.loads(out.with_suffix(".json").read_text())
+    [entry] = record["entries"]
+    assert entry["tokens_per_s"] == {"before": 12.0, "after": 24.0, "ratio": 2.0}
+    assert entry["loop_syncs_per_forward"]["ratio"] == 0.4
+    assert "**2.00x**" in out.with_suffix(".md").read_text() and record["bench"] == ["--scale", "64,1"]
