@@ -82,28 +82,31 @@ def save_causal_lm(directory: Path, seed: int = 0) -> Path:
 # -- the LLaDA / Dream / Fast-dLLM v2 reference fixtures as user checkpoint directories --------------------------------
 
 CHAT_TOKENS = {"llada": ["<|startoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-               "dream": ["<|im_start|>", "<|im_end|>"], "fast_dllm_v2": ["<|im_start|>", "<|im_end|>"]}
-MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>", "fast_dllm_v2": "|<MASK>|"}
+               "dream": ["<|im_start|>", "<|im_end|>"], "fast_dllm_v2": ["<|im_start|>", "<|im_end|>"],
+               "llada_moe": ["<|role_end|>", "<|startoftext|>", "[CLS]", "[gMASK]"],
+               "llada2": ["<|role_end|>", "<|startoftext|>", "[CLS]", "[gMASK]"]}  # (LLaDA2.0's tokenizer for both)
+MASK_TOKEN = {"llada": "<|mdm_mask|>", "dream": "<|mask|>", "fast_dllm_v2": "|<MASK>|", "llada_moe": "<|mask|>",
+              "llada2": "<|mask|>"}
 
 
-def native_checkpoint_dir(fixture: Path, kind: str, directory: Path) -> Path:
+def native_checkpoint_dir(fixture: Path, kind: str, directory: Path, hub_tokenizer: Path | None = None) -> Path:
     """The reference fixture `fixture` (`reference_models/<kind>`) as a user's checkpoint directory: its
-    config and weights, the hub's tokenizer configs, and a tiny byte-level BPE of our own (the real
-    vocabularies are not stored) whose special tokens sit at the fixture's ids: end of text 1000 (eos and
-    pad), the chat tokens after it, the mask token 1023."""
+    config and weights, the hub's tokenizer configs (from `hub_tokenizer`, default the fixture's), and a tiny
+    byte-level BPE of our own (the real vocabularies are not stored) whose special tokens sit at the fixture's
+    ids: end of text 1000 (eos and pad), the chat tokens after it, the mask token 1023."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     directory.mkdir()
     for name in ["config.json", "model.safetensors", "generation_config.json"]:
         shutil.copy(fixture / name, directory / name)
-    for file in (fixture / "hub_tokenizer").iterdir():
+    for file in (hub_tokenizer or fixture / "hub_tokenizer").iterdir():
         shutil.copy(file, directory / file.name)
     vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     vocab.update({f"w{i}": i for i in range(len(vocab), 1000)})
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    declared = json.loads((directory / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    declared = json.loads((directory / "tokenizer_config.json").read_text()).get("added_tokens_decoder", {})
     others = [t["content"] for _, t in sorted(declared.items(), key=lambda item: int(item[0]))]
     first = ["<|endoftext|>", *CHAT_TOKENS[kind]]
     specials = first + [t for t in others if t not in first and t != MASK_TOKEN[kind]]

@@ -1,8 +1,8 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
 `model_args`: `ckpt` (a Hugging Face model directory or hub name), `kind` (generic | llada | dream | fast_dllm_v2 |
-causal), `sampler` (any name under `conf/sampler/`; default `eb`, and `ntp` for `kind=causal`, which takes a
-causal decoder only), and every field of that sampler (`gamma`, `k`, `tau`, `ordering`, `block_length`,
+llada_moe | llada2 | causal), `sampler` (any name under `conf/sampler/`; default `eb`, and `ntp` for `kind=causal`,
+which takes a causal decoder only), and every field of that sampler (`gamma`, `k`, `tau`, `ordering`, `block_length`,
 ...); a nested sampler's fields dotted (block diffusion's `rule.tau=0.5`), or another option in its place
 (`rule=topk,rule.k=2`). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a request gives no
 `max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).

@@ -25,7 +25,8 @@ from mdmkit.tasks.text import TextTask
 class HFModelConfig(Validated):
     """How `ckpt` (a model directory or hub name) is loaded for a text task."""
 
-    kind: Literal["generic", "llada", "dream", "fast_dllm_v2", "causal"] = "generic"  # causal: NTP (sampler=ntp)
+    # generic: any HF masked LM; causal: NTP (sampler=ntp); the others: mdmkit's own network
+    kind: Literal["generic", "llada", "dream", "fast_dllm_v2", "llada_moe", "llada2", "causal"] = "generic"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's

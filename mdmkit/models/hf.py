@@ -5,7 +5,8 @@ and expect logits [B, L, V]. These adapters translate that call for a pretrained
 sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes through the same causal
 decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models. LLaDA and Dream load into
 mdmkit's own network instead (`llada_dream`, `llm_checkpoints`): their hub code does not run under transformers
-5, and no remote code is executed to load them. Fast-dLLM v2 (`kind=fast_dllm_v2`) loads the same way.
+5, and no remote code is executed to load them. Fast-dLLM v2 (`kind=fast_dllm_v2`) and the mixtures of experts
+LLaDA-MoE (`kind=llada_moe`) and LLaDA2.0 (`kind=llada2`) load the same way.
 
 `transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
 """
@@ -27,10 +28,11 @@ from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
 from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
 
-NativeKind = Literal["llada", "dream", "fast_dllm_v2"]
-Kind = Literal["generic", "llada", "dream", "fast_dllm_v2"]
-NATIVE_KINDS = ("llada", "dream", "fast_dllm_v2")
-FAST_DLLM_V2_MASK_TOKEN = "|<MASK>|"  # an additional special token of its tokenizer, not declared as mask_token
+NativeKind = Literal["llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]
+Kind = Literal["generic", "llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]
+NATIVE_KINDS = ("llada", "dream", "fast_dllm_v2", "llada_moe", "llada2")
+# the kinds whose config.json names no mask token: their tokenizer's (Fast-dLLM v2's is not declared as mask_token)
+TOKENIZER_MASK = {"fast_dllm_v2": "|<MASK>|", "llada2": "<|mask|>"}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BPE_FILES = ("vocab.json", "merges.txt")  # a byte-level BPE without tokenizer.json (Dream's hub files)
 
@@ -258,18 +260,18 @@ def load_native(
     device: str = "cpu",
     local_files_only: bool | None = None,
 ) -> tuple[DiffusionLM, Any]:
-    """A LLaDA, Dream or Fast-dLLM v2 checkpoint (a directory, or a hub name fetched once) as mdmkit's network,
-    and its tokenizer.
+    """A LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE or LLaDA2.0 checkpoint (a directory, or a hub name fetched once) as
+    mdmkit's network, and its tokenizer.
 
-    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); Fast-dLLM v2's config
-    has none: its tokenizer's `|<MASK>|` token is used. The tokenizer is `native_tokenizer`'s. No remote code runs
-    unless `trust_remote_code` (then only Dream's tokenizer's).
+    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); Fast-dLLM v2's and
+    LLaDA2.0's configs have none: their tokenizer's mask token (`TOKENIZER_MASK`) is used. The tokenizer is
+    `native_tokenizer`'s. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
     """
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
     # first, a config of another kind or a missing tokenizer: before the weights (Fast-dLLM v2's mask id is
     # checked once its tokenizer has named it)
-    read_config(directory, kind, mask_id=0 if kind == "fast_dllm_v2" else None)
+    read_config(directory, kind, mask_id=0 if kind in TOKENIZER_MASK else None)
     try:
         tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
     except CheckpointError as error:
@@ -296,18 +298,20 @@ def _quiet_foreign_model_type() -> None:
 
 
 def _tokenizer_mask_id(tokenizer: Any, kind: str) -> int | None:
-    """Fast-dLLM v2's mask id, read from its tokenizer (None: the config's, for the other kinds)."""
-    if kind != "fast_dllm_v2":
+    """The mask id of Fast-dLLM v2 and LLaDA2.0, read from their tokenizer (None: the config's, for the other
+    kinds)."""
+    token = TOKENIZER_MASK.get(kind)
+    if token is None:
         return None
-    mask_id = tokenizer.convert_tokens_to_ids(FAST_DLLM_V2_MASK_TOKEN)
+    mask_id = tokenizer.convert_tokens_to_ids(token)
     if mask_id is None or mask_id == tokenizer.unk_token_id:
-        raise CheckpointError(f"the tokenizer has no {FAST_DLLM_V2_MASK_TOKEN} token (Fast-dLLM v2's mask)")
+        raise CheckpointError(f"the tokenizer has no {token} token ({kind}'s mask)")
     return int(mask_id)
 
 
 def native_tokenizer(directory: Path, kind: NativeKind, *, trust_remote_code: bool = False,
                      local_files_only: bool = True) -> Any:
-    """The tokenizer of a LLaDA / Dream / Fast-dLLM v2 checkpoint directory, through AutoTokenizer.
+    """The tokenizer of a native kind's checkpoint directory (LLaDA, Dream, ...), through AutoTokenizer.
 
     Dream's tokenizer_config names remote code (DreamTokenizer, a Qwen2 byte-level BPE): unless
     `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer from the same files.

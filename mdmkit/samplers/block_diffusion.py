@@ -307,8 +307,8 @@ class BlockDiffusionSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         if not network.block_causal:
-            raise CapabilityError("block diffusion decodes block-causal networks (hf.kind=fast_dllm_v2); this one "
-                                  "attends bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
+            raise CapabilityError("block diffusion decodes block-causal networks (hf.kind=fast_dllm_v2 | llada2); this "
+                                  "one attends bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
         decode = _Decode(self, network, canvas)
         active = torch.ones(decode.x.shape[0], dtype=torch.bool, device=decode.x.device)
         while True:
