@@ -123,8 +123,11 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
         assert rows[0]["family"] == "blockdiffusion-llada2-confidence" and rows[0]["sampler"]["rule"]["steps"] == 4
     else:
         assert [row["sampler"]["cache"] for row in rows] == ["none", "prefix", "dual"]
+    net = network(kind)
     for row in rows:
         assert row["n"] == 2 and row["nfe"]["min"] >= 2
+        # the row records what a token's forward runs beside the total (the experts it is not sent to left out)
+        assert row["parameters"] == {"total": net.num_parameters(), "active_per_token": net.active_parameters()}
         ours = [json.loads(line) for line in (tmp_path / "generations" / f"gsm8k-{row['key']}.jsonl")
                 .read_text().splitlines()]
         sampler = LM_EVAL_ARGS[kind].format(cache=row["sampler"].get("cache"))

@@ -29,7 +29,7 @@ from mdmkit.evaluation.generation import check_decoder, check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob, chosen_preset, expand
-from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint
+from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint, parameter_counts
 from mdmkit.evaluation.tracking import log_rows
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import (
@@ -163,6 +163,7 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Ro
             f"task.max_gen_len={task.max_gen_len} leaves no room for a prompt in the model's {model.max_length} "
             "positions (hf.max_length)")
     rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, data, data["task"], hf.kind, None, ranks)
+    rows.common["parameters"] = parameter_counts(model.network)  # beside the key, not in it
     generations = Path(cfg.results_file).parent / "generations"
 
     def measure(job: SweepJob) -> EvalResult:
