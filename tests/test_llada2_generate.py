@@ -1,7 +1,8 @@
 """LLaDA2.0's own `generate`, token for token: the `llada2` preset (block diffusion, its rule filling each block)
 against the 20 float32 runs of the hub remote code in `../shared/reference_models/llada2_mini/generate.json` (its
 SOURCE.md), through the Python API, on the tiny fixture: greedy (top_k 1) and seeded sampling (temperature 0 and 0.5,
-top_p 0.9), blocks of 32, 16 and 8, prompts shorter and longer than a block.
+top_p 0.9), blocks of 32, 16 and 8, prompts shorter and longer than a block; and its 4 bfloat16 runs (the model cast
+with `.to(torch.bfloat16)`, as its model card runs it, which rounds the rotary frequencies to bfloat16 too).
 
 The reference decodes a canvas of whole blocks (the prompt, then masks up to the end of the last block) and returns
 the answer up to its first eos (or, when `eos_early_stop` settles it, the prompt and the answer up to it); the
@@ -27,7 +28,9 @@ FIXTURE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" 
 RUNS_FILE = FIXTURE / "generate.json"
 pytestmark = [pytest.mark.skipif(not RUNS_FILE.is_file(), reason=f"LLaDA2.0's runs not found: {RUNS_FILE}"),
               pytest.mark.usefixtures("one_thread")]
-RUNS = json.loads(RUNS_FILE.read_text())["float32_mask_shim"] if RUNS_FILE.is_file() else []
+ALL_RUNS = json.loads(RUNS_FILE.read_text()) if RUNS_FILE.is_file() else {}
+RUNS = ALL_RUNS.get("float32_mask_shim", [])
+BFLOAT16_RUNS = ALL_RUNS.get("bfloat16_unmodified", [])
 MASK_ID = 1023
 
 
@@ -40,7 +43,7 @@ def network(dtype: torch.dtype = torch.float32):
 
 def name(run: dict) -> str:
     return (f"b{run['block_length']}-s{run['steps']}-g{run['gen_length']}-t{run['temperature']}-k{run['top_k']}"
-            f"-p{run['top_p']}-{run['prompt_name']}-eos{run['eos_id']}{'-early' if run['eos_early_stop'] else ''}")
+            f"-p{run.get('top_p')}-{run['prompt_name']}-eos{run['eos_id']}{'-early' if run['eos_early_stop'] else ''}")
 
 
 def preset(run: dict):
@@ -48,8 +51,8 @@ def preset(run: dict):
     block = run["block_length"]
     sampler = api.sampler("llada2", block_size=block, sub_block=block)
     rule = sampler.rule
-    rule.steps = min(run["steps"], run["gen_length"] // run["minimal_topk"])
-    rule.tau, rule.top_k, rule.top_p = run["threshold"], run["top_k"] or 0, run["top_p"] or 1.0
+    rule.steps = min(run["steps"], run["gen_length"] // run.get("minimal_topk", 1))  # its default 1
+    rule.tau, rule.top_k, rule.top_p = run["threshold"], run["top_k"] or 0, run.get("top_p") or 1.0
     rule.temperature = run["temperature"] or 1.0
     return sampler
 
@@ -66,19 +69,21 @@ def reference_cut(run: dict, canvas: list[int]) -> list[int]:
     return canvas[: prompt + first + 1] if early else answer[: first + 1]
 
 
-@pytest.mark.parametrize("run", RUNS, ids=name)
-def test_the_llada2_preset_reproduces_its_generate(run: dict) -> None:
+@pytest.mark.parametrize("dtype, run", [(torch.float32, run) for run in RUNS] +
+                         [(torch.bfloat16, run) for run in BFLOAT16_RUNS],
+                         ids=[name(run) for run in RUNS] + [f"bfloat16-{name(run)}" for run in BFLOAT16_RUNS])
+def test_the_llada2_preset_reproduces_its_generate(dtype: torch.dtype, run: dict) -> None:
     prompt = run["prompt"][0]
     block = run["block_length"]
     canvas_end = -(-(len(prompt) + run["gen_length"]) // block) * block  # whole blocks, as the reference's canvas
-    filled = api.fill(network(), [prompt], preset(run), canvas_end - len(prompt), MASK_ID, seed=run["seed"] or 0)
+    filled = api.fill(network(dtype), [prompt], preset(run), canvas_end - len(prompt), MASK_ID, seed=run["seed"] or 0)
     canvas = filled.tokens[0].tolist()
     assert MASK_ID not in canvas
     assert reference_cut(run, canvas) == run["sequences"][0]
 
 
 def test_the_runs_cover_greedy_and_seeded_sampling_with_both_return_formats() -> None:
-    assert len(RUNS) == 20
+    assert len(RUNS) == 20 and len(BFLOAT16_RUNS) == 4
     assert {run["top_k"] for run in RUNS} == {1, None} and {run["temperature"] for run in RUNS} == {0.0, 0.5}
     # eos_early_stop returns the prompt with the answer; the other format is the answer alone
     assert any(len(run["sequences"][0]) == 49 and run["prompt_name"] == "long37" for run in RUNS)
@@ -98,6 +103,22 @@ def test_the_rule_refuses_what_it_does_not_compute() -> None:
         api.sampler("llada2_rule", mask_in_softmax=False)
     with pytest.raises(ConfigError, match="top_k=-1 must be >= 0"):
         api.sampler("llada2_rule", top_k=-1)
+
+
+@torch.no_grad()
+def test_bfloat16_rounds_the_rotary_frequencies_as_its_model_card_does() -> None:
+    # the card casts the loaded model with .to(torch.bfloat16), which rounds its rotary frequency buffer too; the
+    # network does the same in bfloat16 (without it, the bfloat16 runs part from the reference after a few tokens),
+    # and nothing in float32
+    from mdmkit.models.llada_dream import rotary_angles
+
+    half = network(torch.bfloat16)
+    assert half.config.rotary_freqs_rounded
+    positions = torch.arange(64)[None]
+    exact, _ = rotary_angles(positions, 8, half.config.rope_theta)
+    rounded, _ = rotary_angles(positions, 8, half.config.rope_theta, torch.bfloat16)
+    assert not torch.equal(exact, rounded)
+    assert torch.equal(rotary_angles(positions, 8, half.config.rope_theta, torch.float32)[0], exact)
 
 
 def test_block_diffusion_refuses_a_bidirectional_moe_network() -> None:

@@ -52,6 +52,9 @@ class DiffusionLMConfig(Validated):
     rotary_dim: int | None = None  # rotate the first this many dims of each head, the rest pass (None: all)
     attend_padding: bool = False  # a key-padding mask is ignored (LLaDA-MoE's code drops every attention mask)
     moe: MoEConfig | None = None  # mixture-of-experts MLPs in the layers it names (moe.py)
+    # the rotary frequencies rounded to the weights' dtype, as in a model cast after loading (`model.to(bfloat16)`
+    # casts its frequency buffer too): how LLaDA2.0's model card runs it
+    rotary_freqs_rounded: bool = False
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden", "max_positions"):
@@ -99,10 +102,11 @@ def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor
     return (1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)).to(device)
 
 
-def rotary_angles(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_angles(positions: torch.Tensor, head_dim: int, theta: float,
+                  freqs_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [B, 1, L, head_dim] in float32 for positions [B, L]; both halves share the frequencies (`head_dim`:
-    the rotated dims, under a partial rotary)."""
-    angles = positions.float()[..., None] * _inv_freq(head_dim, theta, positions.device)
+    the rotated dims, under a partial rotary), rounded to `freqs_dtype` first."""
+    angles = positions.float()[..., None] * _inv_freq(head_dim, theta, positions.device).to(freqs_dtype).float()
     angles = torch.cat((angles, angles), dim=-1)[:, None]
     return angles.cos(), angles.sin()
 
@@ -276,7 +280,8 @@ class DiffusionLM(nn.Module):
         top = int(positions.max()) + 1
         if top > self.config.max_positions:
             raise ValueError(f"position {top - 1} exceeds the model's {self.config.max_positions} positions")
-        rotary = rotary_angles(positions, self.config.rotated_dims, self.config.rope_theta)
+        rounded = self.embed.weight.dtype if self.config.rotary_freqs_rounded else torch.float32
+        rotary = rotary_angles(positions, self.config.rotated_dims, self.config.rope_theta, rounded)
         x = self.embed(tokens)
         for index, block in enumerate(self.blocks):
             x = block(x, rotary, attn_mask, None if cache is None else (cache, index, commit))

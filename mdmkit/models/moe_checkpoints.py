@@ -107,6 +107,7 @@ def llada2_config(fields: Any) -> dict[str, Any]:
     _claims(fields, "score_function", "sigmoid", None)
     _claims(fields, "router_dtype", "fp32", None)
     _claims(fields, "moe_router_enable_expert_bias", True, None)
+    _claims(fields, "using_split_qkv_in_self_attention", False, None)
     n_heads, d_model, n_layers = fields.get("num_attention_heads"), fields.get("hidden_size"), \
         fields.get("num_hidden_layers")
     head_dim = d_model // n_heads
@@ -142,6 +143,7 @@ def llada2_config(fields: Any) -> dict[str, Any]:
         "qk_norm": fields.get("use_qk_norm", True, bool),
         "rotary_dim": rotary,
         "attention_block": LLADA2_BLOCK,
+        "rotary_freqs_rounded": True,  # its model card casts the loaded model with .to(bfloat16), frequencies too
         "moe": moe,
     }
 
