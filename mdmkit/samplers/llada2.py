@@ -84,18 +84,19 @@ class Llada2Sampler(MaskedSampler):
             if rows.numel() == 0:
                 return Sampled(x, reveal_step, steps)
             row_masked = masked[rows]
-            raw = network(x[rows], rows).float()
+            keep = canvas.attention_mask  # left padding (alone; inside block diffusion the blocks handle it)
+            kwargs = {} if keep is None else {"attn_mask": keep[rows][:, None, None, :]}
+            raw = network(x[rows], rows, **kwargs).float()
             probs = filtered_logits(raw, self.temperature, self.top_k, self.top_p).softmax(-1)
             tokens = self._draw(probs, raw, mask_id, canvas.generator)
             score = probs.gather(-1, tokens[..., None]).squeeze(-1).masked_fill(~row_masked, float("-inf"))
-            count = counts[steps[rows]]
             above = score > self.tau
-            enough = above.sum(1) >= count
-            reveal = torch.zeros_like(above)
-            for row in (~enough).nonzero().squeeze(1).tolist():  # rows short of their count: the most confident
-                k = min(int(count[row]), int(row_masked[row].sum()))
-                reveal[row, torch.topk(score[row], k).indices] = True
-            reveal = torch.where(enough[:, None], above, reveal)
+            # rows short of their count reveal that many most confident (at most every masked position)
+            count = torch.minimum(counts[steps[rows]], row_masked.sum(1))
+            best = torch.topk(score, int(count.max()), dim=1).indices
+            ranked = torch.zeros_like(above).scatter_(1, best, torch.arange(best.shape[1], device=x.device)[None]
+                                                      < count[:, None])
+            reveal = torch.where((above.sum(1) >= count)[:, None], above, ranked)
             x[rows] = torch.where(reveal, tokens, x[rows])
             reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
             steps[rows] += 1
