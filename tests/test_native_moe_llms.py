@@ -293,3 +293,21 @@ def test_llada_moe_reproduces_llada_generate_with_the_llada_preset() -> None:
         out = sampler.sample(counter, tokens, MASK_ID, torch.Generator().manual_seed(0), attention_mask=keep)
         assert out.tokens.tolist() == case["sequences"]
         assert counter.nfe.tolist() == [case["steps"]] * rows
+
+
+@needs_fixtures
+def test_the_real_llada2_mini_config_reads_to_the_model_cards_sizes(tmp_path: Path) -> None:
+    # the hub config's sizes on the fixture's config (SOURCE.md): the network on the meta device has the card's
+    # 16B parameters, 1.4B of them active per token (embedding and output layer counted)
+    from mdmkit.models.llada_dream import DiffusionLM
+    from mdmkit.models.llm_checkpoints import read_config
+
+    real = {"vocab_size": 157184, "hidden_size": 2048, "num_hidden_layers": 20, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5120, "num_experts": 256,
+            "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "moe_intermediate_size": 512, "rotary_dim": 64,
+            "max_position_embeddings": 32768}
+    config = read_config(copy_fixture("llada2", tmp_path / "model", **real), "llada2", mask_id=156895)
+    assert (config.rotary_dim, config.attention_block, config.moe.layers[0], len(config.moe.layers)) == (64, 32, 1, 19)
+    with torch.device("meta"):
+        network = DiffusionLM(config)
+    assert round(network.num_parameters() / 1e9, 1) == 16.3 and round(network.active_parameters() / 1e9, 1) == 1.4
