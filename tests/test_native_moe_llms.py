@@ -177,10 +177,14 @@ def naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
      "scale": 2.5, "combine_fp32": True},
     {"router": "sigmoid", "normalize": False},
 ], ids=["softmax-biased-weights", "sigmoid-groups", "sigmoid-plain"])
+@pytest.mark.parametrize("hidden", [16, 10], ids=["grouped-product", "loop-over-experts"])  # 40-byte rows: no grouping
 @torch.no_grad()
-def test_experts_grouped_by_id_equal_the_token_by_token_sum(settings: dict) -> None:
+def test_experts_grouped_by_id_equal_the_token_by_token_sum(settings: dict, hidden: int) -> None:
+    from mdmkit.models import moe as moe_module
+
     torch.manual_seed(0)
-    moe = MoE(16, MoEConfig(experts=8, top_k=2, expert_hidden=10, layers=(0,), **settings))
+    moe = MoE(16, MoEConfig(experts=8, top_k=2, expert_hidden=hidden, layers=(0,), **settings))
+    assert moe._groupable(torch.zeros(1, 16)) == (hidden == 16 and moe_module._grouped_mm is not None)
     for parameter in moe.parameters():
         parameter.normal_(0, 0.4)
     if moe.expert_bias is not None:

@@ -9,8 +9,9 @@ The two routers of the diffusion MoE LLMs are options of one module (`MoEConfig`
   best scores sum highest (group-limited routing); the weights are then normalised to sum 1 and scaled.
 
 For speed the experts' weights are stacked, one parameter per projection ([experts, out, in]), and tokens are
-grouped by expert: the (token, expert) pairs are sorted by expert id, each expert runs once on its contiguous slice
-(a loop over experts, never over tokens), and the outputs go back to their pairs to be weighted and summed.
+grouped by expert: the (token, expert) pairs are sorted by expert id, so each expert's tokens are one contiguous
+slice; one grouped product per projection runs every expert on its slice (torch's `grouped_mm`; where it is missing,
+a loop over experts, never over tokens), and the outputs go back to their pairs to be weighted and summed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mdmkit.core.config import Validated, require
+
+# torch's grouped product (CPU, and CUDA in bfloat16 from SM 80; newer releases): a slice of rows per expert
+_grouped_mm = getattr(F, "grouped_mm", None)
 
 
 @dataclass
@@ -135,21 +139,35 @@ class MoE(nn.Module):
             routed = routed + self.shared(flat)
         return routed.view(shape)
 
+    def _groupable(self, x: torch.Tensor) -> bool:
+        """Whether torch's grouped product takes these operands: on the CPU, or CUDA in bfloat16, with rows whose
+        bytes are a multiple of 16."""
+        rows = (x.shape[-1] * x.element_size(), self.config.expert_hidden * x.element_size())
+        supported = x.device.type == "cpu" or x.dtype == torch.bfloat16
+        return _grouped_mm is not None and supported and all(size % 16 == 0 for size in rows)
+
     def run_experts(self, x: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        """Each token's chosen experts applied to it [N, top_k, d_model]: pairs sorted by expert, one product per
-        expert on its slice."""
+        """Each token's chosen experts applied to it [N, top_k, d_model]: the (token, expert) pairs sorted by
+        expert, so each expert's tokens are one contiguous slice, then three grouped products (or, where torch has
+        no grouped product for these operands, one product per expert on its slice)."""
         pairs = chosen.reshape(-1)
         order = pairs.argsort(stable=True)
-        counts = torch.bincount(pairs, minlength=self.config.experts).tolist()  # one host sync per layer
+        counts = torch.bincount(pairs, minlength=self.config.experts)
         inputs = x[order // chosen.shape[1]]
-        outputs = torch.empty_like(inputs)
-        start = 0
-        for expert, count in enumerate(counts):
-            if count:
-                part = inputs[start: start + count]
-                hidden = F.silu(F.linear(part, self.gate[expert])) * F.linear(part, self.up[expert])
-                outputs[start: start + count] = F.linear(hidden, self.down[expert])
-                start += count
+        if self._groupable(x):
+            ends = counts.cumsum(0).to(torch.int32)  # stays on the device: no host sync
+            gate = _grouped_mm(inputs, self.gate.transpose(1, 2), offs=ends)
+            hidden = F.silu(gate) * _grouped_mm(inputs, self.up.transpose(1, 2), offs=ends)
+            outputs = _grouped_mm(hidden, self.down.transpose(1, 2), offs=ends)
+        else:
+            outputs = torch.empty_like(inputs)
+            start = 0
+            for expert, count in enumerate(counts.tolist()):  # one host sync per layer
+                if count:
+                    part = inputs[start: start + count]
+                    hidden = F.silu(F.linear(part, self.gate[expert])) * F.linear(part, self.up[expert])
+                    outputs[start: start + count] = F.linear(hidden, self.down[expert])
+                    start += count
         placed = torch.empty_like(outputs)
         placed[order] = outputs
         return placed.view(*chosen.shape, x.shape[-1])
