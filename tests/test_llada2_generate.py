@@ -99,10 +99,14 @@ def test_each_block_costs_its_steps_and_one_committing_forward() -> None:
 
 
 def test_the_rule_refuses_what_it_does_not_compute() -> None:
+    from mdmkit.samplers.llada2 import Llada2Sampler
+
     with pytest.raises(ConfigError, match="mask_in_softmax true"):
-        api.sampler("llada2_rule", mask_in_softmax=False)
+        Llada2Sampler(mask_in_softmax=False)
     with pytest.raises(ConfigError, match="top_k=-1 must be >= 0"):
-        api.sampler("llada2_rule", top_k=-1)
+        Llada2Sampler(top_k=-1)
+    with pytest.raises(ConfigError, match="cache none, block_length null"):
+        Llada2Sampler(block_length=8)  # it fills one block of block diffusion, not blocks of its own
 
 
 @torch.no_grad()
