@@ -46,7 +46,8 @@ class MoEConfig(Validated):
     top_groups: int = 1
     normalize: bool = False  # weights divided by their sum over the chosen experts
     scale: float = 1.0  # weights multiplied by this
-    combine_fp32: bool = False  # experts' outputs weighted and summed in float32 (else in the activations' dtype)
+    # experts' outputs weighted and summed in float32 (else in the activations' dtype, in the experts' id order)
+    combine_fp32: bool = False
 
     def validate(self) -> None:
         require(self.experts >= 1 and self.expert_hidden >= 1, "experts and expert_hidden must be >= 1")
@@ -133,8 +134,13 @@ class MoE(nn.Module):
         outputs = self.run_experts(flat, chosen)  # [N, top_k, d_model]
         if self.config.combine_fp32:
             routed = (outputs.float() * weights.float()[..., None]).sum(1).to(x.dtype)
-        else:
-            routed = (outputs * weights.to(x.dtype)[..., None]).sum(1)
+        else:  # in the activations' dtype, added expert by expert in id order (one rounding per addition)
+            weighted = outputs * weights.to(x.dtype)[..., None]
+            by_id = chosen.argsort(dim=1)[..., None].expand_as(weighted)
+            weighted = weighted.gather(1, by_id)
+            routed = weighted[:, 0]
+            for slot in range(1, weighted.shape[1]):  # top_k additions, whatever the number of tokens
+                routed = routed + weighted[:, slot]
         if self.shared is not None:
             routed = routed + self.shared(flat)
         return routed.view(shape)
