@@ -98,6 +98,26 @@ def test_llada_moe_attends_to_padding_and_honours_position_ids_as_its_code_does(
 
 
 @torch.no_grad()
+def test_llada2s_other_mask_paths_are_the_same_network_under_their_pattern(reference) -> None:
+    # its hub forward without a mask attends bidirectionally (SDPA), with a 2-D padding mask causally plus padding,
+    # and eager without a mask causally; the native network is block-causal (its generate's pattern) and computes
+    # each of the others when given it: attention_block unset, or the pattern as an explicit mask
+    kind, network, data = reference
+    if kind != "llada2":
+        pytest.skip("LLaDA2.0's mask paths")
+    ids, keep, length = data["input_ids"], data["keep"], data["input_ids"].shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    network.config.attention_block = None
+    try:
+        torch.testing.assert_close(network(ids), data["logits_nomask"], atol=1e-5, rtol=0)
+    finally:
+        network.config.attention_block = 32
+    padded = network(data["input_ids_padded"], causal[None, None] & keep[:, None, None, :])
+    torch.testing.assert_close(padded[keep], data["logits_pad2d"][keep], atol=1e-5, rtol=0)  # real tokens
+    torch.testing.assert_close(network(ids, causal), data["logits_eager_nomask"], atol=5e-5, rtol=0)  # eager kernel
+
+
+@torch.no_grad()
 def test_bfloat16_weights_stay_close_to_float32(reference) -> None:
     kind, network, data = reference
     half = load(kind, dtype=torch.bfloat16)
