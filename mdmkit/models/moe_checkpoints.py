@@ -96,7 +96,8 @@ def llada_moe_config(fields: Any) -> dict[str, Any]:
 
 
 def llada2_config(fields: Any) -> dict[str, Any]:
-    """LLaDA2MoeConfig (configuration_llada2_moe.py) -> DiffusionLMConfig fields (block-causal attention)."""
+    """LLaDA2MoeConfig (configuration_llada2_moe.py) -> DiffusionLMConfig fields (block-causal attention); absent
+    fields take that class's defaults."""
     fields.refuse("hidden_act", "silu", "silu")
     fields.refuse("use_bias", False, True)
     fields.refuse("use_rmsnorm", True, True)
@@ -126,8 +127,8 @@ def llada2_config(fields: Any) -> dict[str, Any]:
         "experts": fields.get("num_experts"), "top_k": top_k, "expert_hidden": expert_hidden,
         "layers": list(range(dense, n_layers)), "shared_hidden": expert_hidden * fields.get("num_shared_experts", 0),
         "router": "sigmoid", "router_fp32": True, "expert_bias": True, "bias_in_weights": False,
-        "groups": fields.get("n_group", 1) or 1, "top_groups": fields.get("topk_group", 1) or 1,
-        "normalize": top_k > 1, "scale": fields.get("routed_scaling_factor", 1.0, float), "combine_fp32": True,
+        "groups": fields.get("n_group", 8), "top_groups": fields.get("topk_group", 4),  # absent: the class's defaults
+        "normalize": top_k > 1, "scale": fields.get("routed_scaling_factor", 2.5, float), "combine_fp32": True,
     }
     return {
         "vocab_size": fields.get("vocab_size"), "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
