@@ -33,6 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("docs/results/llm_path_changes"))
     parser.add_argument("--runs", type=Path, default=None, help="a directory of earlier runs: only make the page")
+    parser.add_argument("--note", action="append", default=[], help="a line under the table (repeatable)")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- then bench_llm_path's arguments")
     args = parser.parse_args(argv)
     args.bench = [a for a in args.bench if a != "--"] if args.bench else []
@@ -90,12 +91,13 @@ def page_markdown(record: dict[str, Any], entries: list[dict[str, Any]]) -> list
              f"{e['loop_syncs_per_forward']['before']:.1f} → {e['loop_syncs_per_forward']['after']:.1f}"]
             for e in entries]
     return [f"# The LLM path before and after {record['after']} ({record['machine']})", "",
-            f"Made by `{record['command']}` on {record['date']}.", "",
+            f"Made by `{record['command']}` on {record['date']}; the runs' rows are in `{record['runs']}/`.", "",
             (f"`python -m benchmarks.bench_llm_path {' '.join(record['bench'])}` at {record['before']} (before) "
              f"and {record['after']} (after), alternating for {record['rounds']} rounds; each cell is the median "
              "over the rounds of one revision."), "",
             markdown_table(["model", "prompt", "batch", "cache", "tokens/s before", "after", "after / before",
-                            "ms/forward", "host syncs/forward"], rows, "lrrlrrrrr"), ""]
+                            "ms/forward", "host syncs/forward"], rows, "lrrlrrrrr"), "",
+            *(f"- {note}" for note in record.get("notes", []))]
 
 
 def page_figure(entries: list[dict[str, Any]]) -> Any:
@@ -123,8 +125,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.runs is None:
         run_rounds(args, runs)
     entries = compare(runs)
-    record = {"command": command_line(__file__, argv), **stamp(), "before": args.before, "after": args.after,
-              "rounds": args.rounds, "bench": args.bench, "entries": entries}
+    made_by = list(argv)
+    if args.runs is not None:  # the page names the command that made the runs, and where they are kept
+        at = made_by.index("--runs")
+        del made_by[at: at + 2]
+    record = {"command": command_line(__file__, made_by), **stamp(), "before": args.before, "after": args.after,
+              "rounds": args.rounds, "bench": args.bench, "runs": str(runs), "notes": args.note, "entries": entries}
     print("wrote " + ", ".join(map(str, page.write(markdown=page_markdown(record, entries), data=record,
                                                    figure=page_figure(entries)))))
 
