@@ -31,11 +31,12 @@ from benchmarks.llm_path import (
     canvas,
     card_of,
     case_record,
+    fixed_sampler,
     generate,
     model_shape,
+    network_for,
     random_llm,
     scaled,
-    steps_sampler,
 )
 from benchmarks.llm_path_page import write_llm_path_page
 from benchmarks.roofline import ModelShape
@@ -59,7 +60,8 @@ RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "proph
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--models", nargs="+", default=list(PRESETS), choices=list(PRESETS),
+                        help="block-causal ones (fast-dllm-v2-7b) run `none` and `block` only")
     parser.add_argument("--prompts", type=int, nargs="+", default=[512, 1024])
     parser.add_argument("--answer", type=int, default=256)
     parser.add_argument("--block", type=int, default=32)
@@ -158,7 +160,7 @@ class Run:
             if what == "rules":
                 self.rule_overheads(model, prompt, batch)
                 continue
-            if (model.name, prompt, self.args.modes[0]) not in self.syncs:
+            if not any((model.name, prompt, mode) in self.syncs for mode in self.args.modes):
                 self.warm_up(model, prompt)
             for mode in self.args.modes:
                 self.case(model, prompt, batch, mode)
@@ -166,20 +168,25 @@ class Run:
     def warm_up(self, model: Model, prompt: int) -> None:
         """One generation per mode at batch 1 (kernels chosen, caches allocated), counting host syncs."""
         for mode in self.args.modes:
-            warm = generate(model.network, self._canvas(model.network, prompt, 1), self._sampler(mode))
-            self.syncs[model.name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
+            network = network_for(model.network, mode, self.args.block)
+            if network is not None:
+                warm = generate(network, self._canvas(network, prompt, 1), self._sampler(mode))
+                self.syncs[model.name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
 
     def _canvas(self, network: Any, prompt: int, batch: int, answer: int | None = None) -> torch.Tensor:
         return canvas(prompt, answer or self.args.answer, batch, network.vocab_size, network.mask_id)
 
     def _sampler(self, mode: str) -> Any:
-        return steps_sampler(mode, self.args.steps_per_block, self.args.block)
+        return fixed_sampler(mode, self.args.steps_per_block, self.args.block)
 
     def case(self, model: Model, prompt: int, batch: int, mode: str) -> None:
+        network = network_for(model.network, mode, self.args.block)
+        if network is None:
+            return
         keys = {"model": model.name, "prompt": prompt, "answer": self.args.answer, "batch": batch, "mode": mode}
         try:
-            runs = [generate(model.network, self._canvas(model.network, prompt, batch), self._sampler(mode),
-                             count_syncs=False) for _ in range(self.args.repeats)]
+            runs = [generate(network, self._canvas(network, prompt, batch), self._sampler(mode), count_syncs=False)
+                    for _ in range(self.args.repeats)]
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             self.keep({**keys, "error": "out of memory"}, self.cases)

@@ -1,11 +1,13 @@
 """The LLM path at real size: time per forward, tokens/s and peak memory of `cache=none|prefix|dual`, each
 forward beside its roofline, and the host synchronisations of the step loop.
 
-The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct and Dream-v0-Instruct-7B
-(their hub config.json values), with seeded random weights made directly on the device in the run's dtype (no
-download, and no float32 copy on the host). Random weights make confidence-based reveal counts meaningless, so
-every mode runs the same fixed schedule (`StepsSampler`: `steps_per_block` forwards per block of 32) and does
-the same NFE; only what a forward computes differs.
+The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct, Dream-v0-Instruct-7B and
+Fast-dLLM v2 7B (their hub config.json values), with seeded random weights made directly on the device in the
+run's dtype (no download, and no float32 copy on the host). Random weights make confidence-based reveal counts
+meaningless, so every mode runs the same fixed schedule, `steps_per_block` forwards per block of 32, and does the
+same NFE; only what a forward computes differs: `none` the whole canvas, `prefix` the block and what follows it
+against the cache, `dual` the block against the cache, `block` (block diffusion: the network attending
+block-causally, Fast-dLLM v2's decoding) the block against its exact cache of finished blocks.
 
 Timing: each forward of the network is bracketed by CUDA events (on a CPU, by the clock: its kernels run
 synchronously), summed after the generation; the generation's wall clock includes everything else (the sampler's
@@ -16,10 +18,11 @@ wrapping those methods for one generation, apart for the loop and inside the net
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,10 +30,11 @@ import torch
 from benchmarks.roofline import Hardware, ModelShape, forward_breakdown
 from mdmkit.models.denoiser import KVCache
 from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
-from mdmkit.samplers import ForwardCounter, StepsSampler
+from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
 from mdmkit.samplers.protocol import Sampler
 
-MODES = ("none", "prefix", "dual")
+MODES = ("none", "prefix", "dual", "block")
+CACHES = ("prefix", "dual")  # the approximate caches, for bidirectional networks only
 
 # the hub config.json values (../shared/reference_models/*/SOURCE.md); max_positions covers prompt 1024 + 256
 PRESETS = {
@@ -40,6 +44,11 @@ PRESETS = {
     "dream-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
                                   mlp_hidden=18944, mask_id=151666, rope_theta=1e6, rms_eps=1e-6, max_positions=4096,
                                   qkv_bias=True, rope_fp32=False, pad_positions=True, shift_logits=True),
+    # Qwen2.5-7B-Instruct's shape, attending block-causally in blocks of 32: its finished blocks are cached exactly
+    "fast-dllm-v2-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
+                                         mlp_hidden=18944, mask_id=151665, rope_theta=1e6, rms_eps=1e-6,
+                                         max_positions=4096, qkv_bias=True, rope_fp32=False, pad_positions=True,
+                                         shift_logits=True, attention_block=32),
 }
 
 # dense bf16 tensor-core rate and HBM bandwidth from the vendors' data sheets (SXM parts)
@@ -109,7 +118,7 @@ class ForwardClock:
     def __init__(self, network: DiffusionLM, syncs: SyncCounter | None = None) -> None:
         self.network, self.syncs = network, syncs
         self.capabilities, self.n_layers, self.mask_id = network.capabilities, network.n_layers, network.mask_id
-        self.shift = network.shift
+        self.shift, self.config = network.shift, network.config
         self.cuda = next(network.parameters()).device.type == "cuda"
         self.forwards: list[Forward] = []
         self._events: list[tuple[Any, Any]] = []
@@ -246,8 +255,28 @@ def roofline_seconds(forwards: list[Forward], shape: ModelShape, hardware: Hardw
     return sum(forward_breakdown(shape, hardware, f.tokens, f.keys, f.rows).total for f in forwards)
 
 
-def steps_sampler(mode: str, steps_per_block: int, block: int) -> StepsSampler:
+def fixed_sampler(mode: str, steps_per_block: int, block: int) -> Sampler:
+    """`steps_per_block` forwards a block in every mode: the masked loop's fixed steps under `cache=mode`, or
+    (`block`) block diffusion's `steps_per_block - 1` steps and the forward that commits the block to its exact
+    cache, when the prompt and the answer are whole blocks."""
+    if mode == "block":
+        rule = StepsSampler(steps=max(1, steps_per_block - 1))
+        return BlockDiffusionSampler(block_size=block, sub_block=block, rule=rule)
     return StepsSampler(steps=steps_per_block, block_length=block, cache=mode)  # type: ignore[arg-type]
+
+
+def network_for(network: DiffusionLM, mode: str, block: int) -> DiffusionLM | None:
+    """The network `mode` decodes: a bidirectional one's modules attending block-causally for `block` (the same
+    weights, as Fast-dLLM v2 attends), itself otherwise; None where the mode does not apply (the approximate caches
+    on a block-causal network, which block diffusion caches exactly)."""
+    causal = network.config.attention_block is not None
+    if mode in CACHES and causal:
+        return None
+    if mode != "block" or causal:
+        return network
+    twin = copy.copy(network)
+    twin.config = replace(network.config, attention_block=block)
+    return twin
 
 
 def case_record(generation: Generation, *, model: str, prompt: int, answer: int, batch: int, mode: str,

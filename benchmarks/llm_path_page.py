@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.llm_path import MODES
 from mdmkit.analysis.pages import Page, markdown_table
 
 GOALS = ("dual >= 3x the tokens/s of none at equal NFE (batch 1, the LLaDA-8B shape, prompt 512, answer 256)",
@@ -59,10 +60,10 @@ def _header(record: dict[str, Any], figure_name: str) -> list[str]:
     return [f"# The LLM path at real size: {record['device']}", "",
             f"Made by `{record['command']}` on {record['date']} (commit {commit}).", "",
             (f"Networks: {networks}, mdmkit's `DiffusionLM` with seeded random {setup['dtype']} weights made on the "
-             f"device. Every mode runs `StepsSampler(steps={setup['steps_per_block']}, block_length={setup['block']})`"
-             f": equal NFE ({nfe} per row) in every mode. Roofline: {roofline}; each forward's time is max(bytes of "
-             "weights, activations and KV read / bandwidth, FLOPs / peak rate), term by term "
-             "(`benchmarks/roofline.py`)."), "",
+             f"device. Every mode runs {setup['steps_per_block']} forwards per block of {setup['block']}: equal NFE "
+             f"({nfe} per row); `block` is block diffusion on the same weights attending block-causally. "
+             f"Roofline: {roofline}; each forward's time is max(bytes of weights, activations and KV read / "
+             "bandwidth, FLOPs / peak rate), term by term (`benchmarks/roofline.py`)."), "",
             f"![tokens/s and forward time against the roofline]({figure_name})", ""]
 
 
@@ -76,7 +77,7 @@ def llm_path_markdown(record: dict[str, Any], cases: list[dict[str, Any]], rules
             rows = [c for c in cases if c["model"] == model and c["prompt"] == prompt]
             speedups = _speedups(rows)
             table = []
-            for c in sorted(rows, key=lambda c: (c["batch"], ("none", "prefix", "dual").index(c["mode"]))):
+            for c in sorted(rows, key=lambda c: (c["batch"], MODES.index(c["mode"]))):
                 if "error" in c:
                     table.append([c["batch"], c["mode"], c["error"], "", "", "", "", "", ""])
                     continue
@@ -113,7 +114,7 @@ def llm_path_figure(cases: list[dict[str, Any]]) -> Any:
     series = sorted({(c["model"], c["prompt"]) for c in timed})
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
     for model, prompt in series:
-        for mode, style in (("none", ":"), ("prefix", "--"), ("dual", "-")):
+        for mode, style in (("none", ":"), ("prefix", "--"), ("dual", "-"), ("block", "-.")):
             points = sorted((c["batch"], c["tokens_per_s"], c["ms_per_forward"], c.get("roofline_ms_per_forward"))
                             for c in timed if (c["model"], c["prompt"], c["mode"]) == (model, prompt, mode))
             if not points:

@@ -39,17 +39,22 @@ def test_scaled_presets_keep_the_vocabulary_and_the_head_ratio():
 
 def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_path):
     out = tmp_path / "llm_path"
-    bench_llm_path.main(["--models", "llada-8b", "--scale", "64,1", "--prompts", "40", "--answer", "16",
-                         "--block", "8", "--steps-per-block", "2", "--batches", "1", "2", "--repeats", "1",
-                         "--rules", "steps", "wino", "--rule-batches", "1", "--card", "H100", "--out", str(out)])
+    bench_llm_path.main(["--models", "llada-8b", "fast-dllm-v2-7b", "--scale", "64,1", "--prompts", "40",
+                         "--answer", "16", "--block", "8", "--steps-per-block", "2", "--batches", "1", "2",
+                         "--repeats", "1", "--rules", "steps", "wino", "--rule-batches", "1", "--card", "H100",
+                         "--out", str(out)])
     rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
-    cases = [r for r in rows if "mode" in r]
-    assert [(c["batch"], c["mode"]) for c in cases] == [(b, m) for b in (1, 2) for m in ("none", "prefix", "dual")]
-    assert {c["nfe_per_row"] for c in cases} == {4.0}  # 2 blocks x 2 steps in every mode
+    causal = [(r["batch"], r["mode"], r["nfe_per_row"]) for r in rows if r.get("model") == "fast-dllm-v2-7b"]
+    assert causal == [(b, m, 4.0) for b in (1, 2) for m in ("none", "block")]  # no approximate cache on it
+    cases = [r for r in rows if "mode" in r and r["model"] == "llada-8b"]
+    modes = ("none", "prefix", "dual", "block")
+    assert [(c["batch"], c["mode"]) for c in cases] == [(b, m) for b in (1, 2) for m in modes]
+    assert {c["nfe_per_row"] for c in cases} == {4.0}  # 2 blocks x 2 steps in every mode (block: 1 + its commit)
     assert all(c["forwards"] == 4 and c["roofline_ms_per_forward"] > 0 for c in cases)
     # a dual forward computes the block only, a plain one the whole canvas: a smaller roofline
     by_mode = {c["mode"]: c for c in cases if c["batch"] == 1}
     assert by_mode["dual"]["roofline_ms_per_forward"] < by_mode["none"]["roofline_ms_per_forward"]
+    assert by_mode["block"]["roofline_ms_per_forward"] < by_mode["none"]["roofline_ms_per_forward"]
     assert all(c["loop_syncs_per_forward"] > 0 for c in cases)
     rules = {r["rule"]: r for r in rows if "rule" in r}
     assert rules["steps"]["cache"] == "dual" and rules["wino"]["cache"] == "none"  # WINO reruns the canvas
