@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT
+from tiny_text_models import sharded_copy
 
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KVCache
@@ -118,25 +118,18 @@ def copy_fixture(directory: Path, drop: tuple[str, ...] = (), **config: object) 
 
 @torch.no_grad()
 def test_sharded_and_tied_checkpoints_load(network, data, tmp_path: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(FIXTURE / "model.safetensors")
-    names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-    (tmp_path / "sharded").mkdir()
-    for file, part in shards.items():
-        save_file({name: tensors[name] for name in part}, tmp_path / "sharded" / file)
-    weight_map = {name: file for file, part in shards.items() for name in part}
-    (tmp_path / "sharded" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    shutil.copy(FIXTURE / "config.json", tmp_path / "sharded" / "config.json")
+    sharded_copy(FIXTURE, tmp_path / "sharded")
     sharded = load_diffusion_lm(tmp_path / "sharded", "fast_dllm_v2", mask_id=MASK_ID)
     assert torch.equal(sharded(data["input_ids"]), network(data["input_ids"]))
     # the 1.5B ties its output layer to the embedding: no lm_head tensor (or one saved anyway, ignored)
     tied = load_diffusion_lm(copy_fixture(tmp_path / "tied", drop=("lm_head.weight",), tie_word_embeddings=True),
                              "fast_dllm_v2", mask_id=MASK_ID)
     assert tied.head is None
+    from safetensors.torch import load_file
+
+    embedding = load_file(FIXTURE / "model.safetensors")["model.embed_tokens.weight"]
     hidden = tied.norm(tied.hidden(data["input_ids"]))
-    torch.testing.assert_close(tied(data["input_ids"]), shifted(hidden @ tensors["model.embed_tokens.weight"].T))
+    torch.testing.assert_close(tied(data["input_ids"]), shifted(hidden @ embedding.T))
 
 
 def test_checkpoint_errors_are_one_line(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, compose_config
-from tiny_text_models import CHAT_TOKENS, MASK_TOKEN, native_checkpoint_dir
+from tiny_text_models import CHAT_TOKENS, MASK_TOKEN, native_checkpoint_dir, sharded_copy
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
@@ -104,17 +104,8 @@ def test_bfloat16_weights_stay_close_to_float32(reference) -> None:
 
 @torch.no_grad()
 def test_a_sharded_checkpoint_loads_like_a_single_file(reference, tmp_path: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
     kind, network, data = reference
-    tensors = load_file(REFERENCE / kind / "model.safetensors")
-    names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-    for file, part in shards.items():
-        save_file({name: tensors[name] for name in part}, tmp_path / file)
-    weight_map = {name: file for file, part in shards.items() for name in part}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    shutil.copy(REFERENCE / kind / "config.json", tmp_path / "config.json")
+    sharded_copy(REFERENCE / kind, tmp_path)
     sharded = load_diffusion_lm(tmp_path, kind)
     assert torch.equal(sharded(data["input_ids"]), network(data["input_ids"]))
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT
+from tiny_text_models import sharded_copy
 
 from mdmkit import api
 from mdmkit.core.errors import CheckpointError, ConfigError
@@ -130,17 +131,8 @@ def test_bfloat16_weights_stay_close_to_float32(reference) -> None:
 
 @torch.no_grad()
 def test_a_sharded_checkpoint_loads_like_a_single_file(reference, tmp_path: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
     kind, network, data = reference
-    tensors = load_file(REFERENCE / FOLDER[kind] / "model.safetensors")
-    names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-    for file, part in shards.items():
-        save_file({name: tensors[name] for name in part}, tmp_path / file)
-    weight_map = {name: file for file, part in shards.items() for name in part}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    shutil.copy(REFERENCE / FOLDER[kind] / "config.json", tmp_path / "config.json")
+    sharded_copy(REFERENCE / FOLDER[kind], tmp_path)
     assert torch.equal(load(kind, tmp_path)(data["input_ids"]), network(data["input_ids"]))
 
 

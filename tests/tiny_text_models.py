@@ -124,3 +124,19 @@ def native_checkpoint_dir(fixture: Path, kind: str, directory: Path, hub_tokeniz
         **{str(i): flags.get(t, {**plain, "content": t}) for i, t in placed.items()}}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return directory
+
+
+def sharded_copy(fixture: Path, directory: Path) -> Path:
+    """`fixture`'s config and weights in `directory` as a two-shard checkpoint with its safetensors index."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(fixture / "model.safetensors")
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    directory.mkdir(parents=True, exist_ok=True)
+    for file, part in shards.items():
+        save_file({name: tensors[name] for name in part}, directory / file)
+    weight_map = {name: file for file, part in shards.items() for name in part}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    shutil.copy(fixture / "config.json", directory / "config.json")
+    return directory
