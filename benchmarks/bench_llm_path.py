@@ -33,13 +33,11 @@ from benchmarks.llm_path import (
     case_record,
     fixed_sampler,
     generate,
-    model_shape,
     network_for,
     random_llm,
     scaled,
 )
 from benchmarks.llm_path_page import write_llm_path_page
-from benchmarks.roofline import ModelShape
 from mdmkit import api
 from mdmkit.analysis.pages import Page, command_line, run_script, stamp
 from mdmkit.core.errors import MdmkitError
@@ -48,11 +46,10 @@ from mdmkit.models.llada_dream import DiffusionLM
 
 @dataclass
 class Model:
-    """A benchmarked network, its name and its roofline shape."""
+    """A benchmarked network and its name."""
 
     name: str
     network: DiffusionLM
-    shape: ModelShape
 
 
 RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "prophet", "dus", "wino")
@@ -61,7 +58,7 @@ RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "proph
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(PRESETS), choices=list(PRESETS),
-                        help="block-causal ones (fast-dllm-v2-7b) run `none` and `block` only")
+                        help="block-causal ones (fast-dllm-v2-7b, llada2-mini) run `none` and `block` only")
     parser.add_argument("--prompts", type=int, nargs="+", default=[512, 1024])
     parser.add_argument("--answer", type=int, default=256)
     parser.add_argument("--block", type=int, default=32)
@@ -116,6 +113,7 @@ class Run:
         self.cases: list[dict[str, Any]] = []
         self.rules: list[dict[str, Any]] = []
         self.parameters: dict[str, int] = {}
+        self.active: dict[str, int] = {}  # parameters a token's forward uses (a mixture of experts: fewer)
         self.syncs: dict[tuple, tuple[int, int, int]] = {}  # (model, prompt, mode) -> loop, network, forwards
         page.file(".jsonl").write_text("")
 
@@ -132,11 +130,11 @@ class Run:
 
     def build(self, name: str) -> Model:
         config = PRESETS[name] if self.args.scale is None else scaled(PRESETS[name], *self.args.scale)
-        model = Model(name, random_llm(config, self.device, self.dtype),
-                      model_shape(config, torch.finfo(self.dtype).bits // 8))
+        model = Model(name, random_llm(config, self.device, self.dtype))
         self.parameters[name] = model.network.num_parameters()
-        print(f"{name}: {self.parameters[name] / 1e9:.2f}B parameters on {self.device} in {self.args.dtype}",
-              flush=True)
+        self.active[name] = model.network.active_parameters()
+        print(f"{name}: {self.parameters[name] / 1e9:.2f}B parameters ({self.active[name] / 1e9:.2f}B active per "
+              f"token) on {self.device} in {self.args.dtype}", flush=True)
         return model
 
     def plan(self, models: list[Model]) -> list[tuple[str, Model, int, int]]:
@@ -191,7 +189,8 @@ class Run:
             torch.cuda.empty_cache()
             self.keep({**keys, "error": "out of memory"}, self.cases)
             return
-        record = _median_case(runs, shape=model.shape, hardware=self.hardware, **keys)
+        record = _median_case(runs, config=network.config, element_bytes=torch.finfo(self.dtype).bits // 8,
+                              hardware=self.hardware, **keys)
         loop, inside, forwards = self.syncs[model.name, prompt, mode]
         record.update(loop_syncs_per_forward=loop / forwards, network_syncs_per_forward=inside / forwards)
         self.keep(record, self.cases)
@@ -224,7 +223,8 @@ class Run:
         return {"command": command, **stamp(), "device": _device_name(self.device),
                 "hardware": None if self.hardware is None else self.hardware.name,
                 "hardware_figures": None if self.hardware is None else asdict(self.hardware),
-                "threads": torch.get_num_threads(), "parameters": self.parameters, "setup": setup,
+                "threads": torch.get_num_threads(), "parameters": self.parameters,
+                "active_parameters": self.active, "setup": setup,
                 "notes": self.args.note}
 
 

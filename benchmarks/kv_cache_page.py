@@ -116,9 +116,8 @@ def loop_lines(entries: Sequence[Mapping[str, Any]], length: int) -> list[str]:
     batch = max(e["batch"] for e in entries)
     fastest = min((e for e in entries if e["batch"] == batch), key=lambda e: e["ms_per_token"]["median"])
     line = (f"- At batch {batch}, `{fastest['mode']}` spends {100 * (1 - fastest['forward_share']):.0f}% of its time "
-            f"outside the network, in the sampler loop: each step it scores all {length} positions' logits "
-            "although only the block's can be revealed (and a cached step first writes its block's logits back "
-            "onto a full-canvas tensor).")
+            f"outside the network, in the sampler loop (each step scores the logits of the block's columns only, "
+            f"of the {length} positions).")
     return [line]
 
 

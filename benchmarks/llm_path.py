@@ -1,19 +1,21 @@
-"""The LLM path at real size: time per forward, tokens/s and peak memory of `cache=none|prefix|dual`, each
-forward beside its roofline, and the host synchronisations of the step loop.
+"""The LLM path at real size: time per forward, tokens/s and peak memory of `cache=none|prefix|dual` and block
+diffusion, each forward beside its roofline, and the host synchronisations of the step loop.
 
-The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct, Dream-v0-Instruct-7B and
-Fast-dLLM v2 7B (their hub config.json values), with seeded random weights made directly on the device in the
-run's dtype (no download, and no float32 copy on the host). Random weights make confidence-based reveal counts
-meaningless, so every mode runs the same fixed schedule, `steps_per_block` forwards per block of 32, and does the
-same NFE; only what a forward computes differs: `none` the whole canvas, `prefix` the block and what follows it
-against the cache, `dual` the block against the cache, `block` (block diffusion: the network attending
-block-causally, Fast-dLLM v2's decoding) the block against its exact cache of finished blocks.
+The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct, Dream-v0-Instruct-7B, Fast-dLLM
+v2 7B and LLaDA2.0-mini (a mixture of experts), from their hub config.json values, with seeded random weights made
+directly on the device in the run's dtype (no download, and no float32 copy on the host). Random weights make
+confidence-based reveal counts meaningless, so every mode runs the same fixed schedule, `steps_per_block` forwards
+per block of 32, and does the same NFE; only what a forward computes differs: `none` the whole canvas, `prefix`
+the block and what follows it against the cache, `dual` the block against the cache, `block` (block diffusion:
+the network attending block-causally, Fast-dLLM v2's decoding) the block against its exact cache of finished
+blocks.
 
 Timing: each forward of the network is bracketed by CUDA events (on a CPU, by the clock: its kernels run
 synchronously), summed after the generation; the generation's wall clock includes everything else (the sampler's
 work and the host waiting on the GPU). A host synchronisation is any call that makes Python wait for a tensor's
 value (`.item()`, `.tolist()`, `.cpu()`, `bool()`/`int()`/`float()` of a tensor, `nonzero`, `torch.equal`): counted by
-wrapping those methods for one generation, apart for the loop and inside the network.
+wrapping those methods for one generation, apart for the loop and inside the network. Rooflines:
+`benchmarks.llm_roofline` (a mixture of experts computes its active parameters, reads the experts it touches).
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from benchmarks.roofline import Hardware, ModelShape, forward_breakdown
-from mdmkit.models.denoiser import KVCache
+from benchmarks.llm_roofline import Forward, forward_seconds
+from benchmarks.roofline import Hardware
 from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.moe import MoEConfig
 from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
 from mdmkit.samplers.protocol import Sampler
 
@@ -49,6 +52,15 @@ PRESETS = {
                                          mlp_hidden=18944, mask_id=151665, rope_theta=1e6, rms_eps=1e-6,
                                          max_positions=4096, qkv_bias=True, rope_fp32=False, pad_positions=True,
                                          shift_logits=True, attention_block=32),
+    # LLaDA2.0-mini: a block-causal mixture of experts, 16.3B parameters of which 1.4B are active per token
+    "llada2-mini": DiffusionLMConfig(vocab_size=157184, d_model=2048, n_layers=20, n_heads=16, n_kv_heads=4,
+                                     mlp_hidden=5120, mask_id=156895, rope_theta=600000.0, rms_eps=1e-6,
+                                     max_positions=4096, rope_fp32=False, attention_block=32, qk_norm=True,
+                                     rotary_dim=64, rotary_freqs_rounded=True,
+                                     moe=MoEConfig(experts=256, top_k=8, expert_hidden=512, layers=tuple(range(1, 20)),
+                                                   shared_hidden=512, router="sigmoid", router_fp32=True,
+                                                   expert_bias=True, groups=8, top_groups=4, normalize=True,
+                                                   scale=2.5, combine_fp32=True)),
 }
 
 # dense bf16 tensor-core rate and HBM bandwidth from the vendors' data sheets (SXM parts)
@@ -74,13 +86,20 @@ def scaled(config: DiffusionLMConfig, width: int, layers: int) -> DiffusionLMCon
     kv_heads = max(1, heads * config.n_kv_heads // config.n_heads)
     while heads % kv_heads:
         kv_heads -= 1
-    return DiffusionLMConfig(**{**asdict(config), "d_model": heads * (width // heads), "n_layers": layers,
-                                "n_heads": heads, "n_kv_heads": kv_heads,
-                                "mlp_hidden": config.mlp_hidden * width // config.d_model})
+    d_model = heads * (width // heads)
+    moe = config.moe
+    if moe is not None:  # the experts' count and routing kept, each expert as much narrower as the network
+        moe = replace(moe, expert_hidden=max(1, moe.expert_hidden * width // config.d_model),
+                      shared_hidden=moe.shared_hidden * width // config.d_model,
+                      layers=tuple(layer for layer in moe.layers if layer < layers))
+    rotary = None if config.rotary_dim is None else max(2, config.rotary_dim * (d_model // heads) // config.head_dim)
+    return replace(config, d_model=d_model, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
+                   mlp_hidden=config.mlp_hidden * width // config.d_model, moe=moe, rotary_dim=rotary)
 
 
 def random_llm(config: DiffusionLMConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> DiffusionLM:
-    """A `DiffusionLM` of `config` with N(0, 0.02) weights (norms at 1), allocated on `device` in `dtype` only."""
+    """A `DiffusionLM` of `config` with N(0, 0.02) weights (norms at 1, expert biases 0), allocated on `device` in
+    `dtype` only."""
     with torch.device("meta"):
         network = DiffusionLM(config).to(dtype)
     network = network.to_empty(device=device)
@@ -91,25 +110,9 @@ def random_llm(config: DiffusionLMConfig, device: torch.device, dtype: torch.dty
                 parameter.fill_(1.0)
             else:
                 parameter.normal_(0.0, 0.02, generator=generator)
+        for buffer in network.buffers():  # the routers' expert biases
+            buffer.zero_()
     return network.eval()
-
-
-def model_shape(config: DiffusionLMConfig, element_bytes: int) -> ModelShape:
-    """The roofline's view of `config`: gated MLP, the LM head counted, weights and KV in `element_bytes`."""
-    return ModelShape(name="", hidden_dim=config.d_model, ffn_dim=config.mlp_hidden, num_heads=config.n_heads,
-                      head_dim=config.head_dim, num_kv_heads=config.n_kv_heads, num_layers=config.n_layers,
-                      vocab_size=config.vocab_size, gated_ffn=True, weight_bytes=element_bytes,
-                      activation_bytes=element_bytes, kv_bytes=element_bytes)
-
-
-@dataclass
-class Forward:
-    """One call of the network: rows, new tokens per row, keys per row (cached + new) and its time."""
-
-    rows: int
-    tokens: int
-    keys: int
-    seconds: float = 0.0
 
 
 class ForwardClock:
@@ -124,9 +127,10 @@ class ForwardClock:
         self._events: list[tuple[Any, Any]] = []
 
     def __call__(self, tokens: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        cache = kwargs.get("cache")
-        past = cache.length if isinstance(cache, KVCache) else 0
-        self.forwards.append(Forward(tokens.shape[0], tokens.shape[1], past + tokens.shape[1]))
+        cache, columns = kwargs.get("cache"), kwargs.get("logits_at")
+        past = 0 if cache is None else cache.length
+        logits = tokens.shape[1] if columns is None else columns.stop - columns.start
+        self.forwards.append(Forward(tokens.shape[0], tokens.shape[1], past + tokens.shape[1], logits))
         with self.syncs.inside() if self.syncs is not None else _nothing():
             if not self.cuda:
                 start = time.perf_counter()
@@ -249,10 +253,10 @@ def generate(network: DiffusionLM, tokens: torch.Tensor, sampler: Sampler, count
     return Generation(seconds, clock.forwards, float(counter.nfe.float().mean()), syncs.loop, syncs.network, peak)
 
 
-def roofline_seconds(forwards: list[Forward], shape: ModelShape, hardware: Hardware) -> float:
-    """The roofline time of these forwards on `hardware` (each: max of its bytes / bandwidth and its FLOPs / peak
-    rate, term by term as `benchmarks.roofline` models a forward)."""
-    return sum(forward_breakdown(shape, hardware, f.tokens, f.keys, f.rows).total for f in forwards)
+def roofline_seconds(forwards: list[Forward], config: DiffusionLMConfig, hardware: Hardware,
+                     element_bytes: int) -> float:
+    """The roofline time of these forwards on `hardware` (`benchmarks.llm_roofline`)."""
+    return sum(forward_seconds(config, forward, hardware, element_bytes) for forward in forwards)
 
 
 def fixed_sampler(mode: str, steps_per_block: int, block: int) -> Sampler:
@@ -280,7 +284,7 @@ def network_for(network: DiffusionLM, mode: str, block: int) -> DiffusionLM | No
 
 
 def case_record(generation: Generation, *, model: str, prompt: int, answer: int, batch: int, mode: str,
-                shape: ModelShape, hardware: Hardware | None) -> dict[str, Any]:
+                config: DiffusionLMConfig, element_bytes: int, hardware: Hardware | None) -> dict[str, Any]:
     """One (model, prompt, batch, mode) measurement as the page's JSON keeps it."""
     n = len(generation.forwards)
     record = {
@@ -294,7 +298,7 @@ def case_record(generation: Generation, *, model: str, prompt: int, answer: int,
         "peak_gib": None if generation.peak_bytes is None else generation.peak_bytes / 2**30,
     }
     if hardware is not None:
-        roofline = roofline_seconds(generation.forwards, shape, hardware)
+        roofline = roofline_seconds(generation.forwards, config, hardware, element_bytes)
         record.update(roofline_ms_per_forward=1e3 * roofline / n,
                       forward_over_roofline=generation.forward_seconds / roofline)
     return record

@@ -53,7 +53,11 @@ def goal_lines(cases: list[dict[str, Any]], model: str) -> list[str]:
 
 def _header(record: dict[str, Any], figure_name: str) -> list[str]:
     setup = record["setup"]
-    networks = ", ".join(f"{name} ({count / 1e9:.2f}B parameters)" for name, count in record["parameters"].items())
+    active = record.get("active_parameters", {})
+    networks = ", ".join(
+        f"{name} ({count / 1e9:.2f}B parameters"
+        + (f", {active[name] / 1e9:.2f}B active per token)" if active.get(name, count) < count else ")")
+        for name, count in record["parameters"].items())
     nfe = setup["answer"] // setup["block"] * setup["steps_per_block"]
     roofline = record["hardware"] or "none (no data-sheet figures for this device)"
     commit = str(record.get("git_commit", ""))[:12]

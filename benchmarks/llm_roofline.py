@@ -1,0 +1,59 @@
+"""Roofline time of one forward of a `DiffusionLM` (dense or mixture of experts), term by term.
+
+Every weight product takes max(bytes moved / bandwidth, FLOPs / peak rate) (`benchmarks.roofline.matmul_time`),
+attention is one fused kernel reading the keys and values once (`attention_time`), and the output layer runs on the
+columns whose logits the forward returns (`logits_at`). In a mixture-of-experts layer the FLOPs are those of the
+experts each token is sent to (top_k routed + the shared one: the active parameters), while the bytes are those of
+every expert some token of the forward is sent to: with uniform routing, E (1 - (1 - k/E)^T) of E experts for T
+tokens, so a batch-1 step reads few experts and a large batch reads them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.roofline import Hardware, ModelShape, attention_time, matmul_time
+from mdmkit.models.llada_dream import DiffusionLMConfig
+
+
+@dataclass
+class Forward:
+    """One call of the network: rows, new tokens per row, keys per row (cached + new), logit columns per row."""
+
+    rows: int
+    tokens: int
+    keys: int
+    logits: int
+    seconds: float = 0.0
+
+
+def touched_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts `tokens` tokens are sent to, each to `top_k` of `experts` uniformly."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def _shape(config: DiffusionLMConfig, element_bytes: int) -> ModelShape:
+    return ModelShape(name="", hidden_dim=config.d_model, ffn_dim=config.mlp_hidden, num_heads=config.n_heads,
+                      head_dim=config.head_dim, num_kv_heads=config.n_kv_heads, num_layers=config.n_layers,
+                      vocab_size=config.vocab_size, gated_ffn=True, weight_bytes=element_bytes,
+                      activation_bytes=element_bytes, kv_bytes=element_bytes)
+
+
+def forward_seconds(config: DiffusionLMConfig, forward: Forward, hardware: Hardware, element_bytes: int) -> float:
+    """The roofline time of `forward` on `hardware` with weights, activations and KV in `element_bytes`."""
+    shape = _shape(config, element_bytes)
+    tokens = forward.rows * forward.tokens
+    d, heads, kv = config.d_model, config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    projections = sum(matmul_time(tokens, rows, cols, shape, hardware)
+                      for rows, cols in ((d, heads), (d, kv), (d, kv), (heads, d)))
+    attention = attention_time(shape, hardware, forward.tokens, forward.keys, forward.rows)
+    moe = config.moe
+    moe_layers = 0 if moe is None else sum(1 for layer in moe.layers if layer < config.n_layers)
+    dense_ffn = 3 * matmul_time(tokens, d, config.mlp_hidden, shape, hardware)
+    total = config.n_layers * (projections + attention) + (config.n_layers - moe_layers) * dense_ffn
+    if moe is not None and moe_layers:
+        flops = 2.0 * tokens * 3 * d * (moe.top_k * moe.expert_hidden + moe.shared_hidden)
+        weights = 3 * d * (touched_experts(moe.experts, moe.top_k, tokens) * moe.expert_hidden + moe.shared_hidden)
+        moved = weights * element_bytes + 2 * tokens * d * element_bytes
+        total += moe_layers * max(moved / hardware.memory_bandwidth, flops / hardware.peak_flops)
+    return total + matmul_time(forward.rows * forward.logits, d, config.vocab_size, shape, hardware)
