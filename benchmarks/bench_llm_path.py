@@ -40,6 +40,7 @@ from benchmarks.llm_path import (
 from benchmarks.llm_path_page import write_llm_path_page
 from mdmkit import api
 from mdmkit.analysis.pages import Page, command_line, run_script, stamp
+from mdmkit.core.config import option
 from mdmkit.core.errors import MdmkitError
 from mdmkit.models.llada_dream import DiffusionLM
 
@@ -93,6 +94,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--scale {args.scale}: expected WIDTH,LAYERS, e.g. 512,4")
         args.scale = (width, layers)
     return args
+
+
+def _blocked(rule: str, **fields: Any) -> dict[str, Any]:
+    """`fields` for the preset `rule`, or for its base sampler where it wraps one (Prophet)."""
+    config = option("sampler", rule)
+    if "base" in config and "block_length" not in config:
+        return {"base": {**config["base"], **fields}}
+    return fields
 
 
 def _median_case(generations: list, **keys: Any) -> dict[str, Any]:
@@ -205,9 +214,9 @@ class Run:
             keys = {"model": model.name, "rule": rule, "batch": batch, "cache": "dual"}
             try:
                 try:
-                    sampler = api.sampler(rule, block_length=self.args.block, cache="dual")
+                    sampler = api.sampler(rule, **_blocked(rule, block_length=self.args.block, cache="dual"))
                 except MdmkitError:  # a rule that runs full forwards only (WINO's shadow block, ...)
-                    sampler = api.sampler(rule, block_length=self.args.block)
+                    sampler = api.sampler(rule, **_blocked(rule, block_length=self.args.block))
                     keys["cache"] = "none"
                 generate(network, tokens, sampler, count_syncs=False)  # warm-up
                 counted = generate(network, tokens, sampler)

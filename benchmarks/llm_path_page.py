@@ -7,8 +7,8 @@ from typing import Any
 from benchmarks.llm_path import MODES
 from mdmkit.analysis.pages import Page, markdown_table
 
-GOALS = ("dual >= 3x the tokens/s of none at equal NFE (batch 1, the LLaDA-8B shape, prompt 512, answer 256)",
-         "batch-1 dual forwards within 1.5x of their roofline",
+GOALS = ("dual >= 3x the tokens/s of none at equal NFE (batch 1, prompt 512, answer 256; set on the LLaDA-8B shape)",
+         "batch-1 dual (block-causal: block) forwards within 1.5x of their roofline",
          "the step loop within 1.2x of its forwards' time (loop share <= 1/6 of the wall clock)")
 
 
@@ -39,7 +39,11 @@ def goal_lines(cases: list[dict[str, Any]], model: str) -> list[str]:
     if "none" in by_mode and "dual" in by_mode:
         ratio = by_mode["dual"]["tokens_per_s"] / by_mode["none"]["tokens_per_s"]
         lines.append(f"- {GOALS[0]}: **{ratio:.2f}x** ({'met' if ratio >= 3 else 'not met'}; prompt {prompt})")
-    dual = by_mode.get("dual")
+    if "dual" not in by_mode and "block" in by_mode and "none" in by_mode:  # block-causal: its exact cache instead
+        ratio = by_mode["block"]["tokens_per_s"] / by_mode["none"]["tokens_per_s"]
+        lines.append(f"- block-causal, so no approximate cache: block diffusion's exact cache gives **{ratio:.2f}x** "
+                     f"the tokens/s of none at equal NFE (batch 1, prompt {prompt})")
+    dual = by_mode.get("dual") or by_mode.get("block")
     if dual is not None and dual.get("forward_over_roofline") is not None:
         over = dual["forward_over_roofline"]
         lines.append(f"- {GOALS[1]}: **{over:.2f}x** ({'met' if over <= 1.5 else 'not met'})")
@@ -67,7 +71,7 @@ def _header(record: dict[str, Any], figure_name: str) -> list[str]:
              f"device. Every mode runs {setup['steps_per_block']} forwards per block of {setup['block']}: equal NFE "
              f"({nfe} per row); `block` is block diffusion on the same weights attending block-causally. "
              f"Roofline: {roofline}; each forward's time is max(bytes of weights, activations and KV read / "
-             "bandwidth, FLOPs / peak rate), term by term (`benchmarks/roofline.py`)."), "",
+             "bandwidth, FLOPs / peak rate), term by term (`benchmarks/llm_roofline.py`)."), "",
             f"![tokens/s and forward time against the roofline]({figure_name})", ""]
 
 
