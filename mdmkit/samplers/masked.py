@@ -195,6 +195,9 @@ class MaskedSampler(Sampler):
     def error_proxy(self) -> ErrorProxy:
         return ERROR_PROXIES[self.ordering] if isinstance(self.ordering, str) else self.ordering
 
+    def _span(self, eligible: torch.Tensor) -> slice:
+        return slice(0, eligible.shape[1]) if self.ordering == "random" else eligible_span(eligible)
+
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """The shared loop (see `Sampler.sample`)."""
         return self.fill_with(network, canvas, None)
@@ -237,7 +240,7 @@ class MaskedSampler(Sampler):
             # the step's math runs on the columns some row may reveal (a text answer, or its block: not the prompt),
             # and so does the network's output layer, unless a rule reads every column; the random order draws one
             # uniform per canvas position, as Dream's code does, so it keeps every column
-            span = slice(0, length) if self.ordering == "random" else eligible_span(eligible)
+            span = self._span(eligible)
             narrow = rule is None or not rule.reads_canvas
             kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
             if cache is not None:
@@ -252,7 +255,7 @@ class MaskedSampler(Sampler):
                 commit = rule.commit(rows, logits, row_masked)
                 if commit is not None:  # these rows reveal every masked position now, past their block
                     eligible = eligible | (commit[:, None] & row_masked)
-                    span = eligible_span(eligible)
+                    span = self._span(eligible)
                 logits = logits[:, span]
             candidates = eligible[:, span]
             raw = logits.float()
