@@ -26,6 +26,9 @@ that no other token sees. A query window is the block (prefix: the block and wha
 Fast-dLLM's `generate_with_prefix_cache` / `generate_with_dual_cache`; for a network whose logits at i are read
 from its output at i - 1 (Dream, `shift_logits`) it starts one position left of the block (where there is one), so
 the block's first position is predicted from a fresh output, as the full forward does.
+Where every row queries the same window and nothing is padded (one prompt length, the usual batch), the query
+instead writes its window's keys and values into the cache in place and attends to the whole cache with no mask
+(`CacheWindow`): the same attention in positional order, on the fused kernels, with no mask built.
 Positions count from each row's first real token (as the Hugging Face adapters and Dream do), so a left-padded
 row computes what it would alone (for rotary networks such as LLaDA this only shifts every position equally).
 """
