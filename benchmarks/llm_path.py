@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -131,7 +131,7 @@ class ForwardClock:
         past = 0 if cache is None else cache.length
         logits = tokens.shape[1] if columns is None else columns.stop - columns.start
         self.forwards.append(Forward(tokens.shape[0], tokens.shape[1], past + tokens.shape[1], logits))
-        with self.syncs.inside() if self.syncs is not None else _nothing():
+        with self.syncs.inside() if self.syncs is not None else nullcontext():
             if not self.cuda:
                 start = time.perf_counter()
                 out = self.network(tokens, *args, **kwargs)
@@ -149,11 +149,6 @@ class ForwardClock:
         for forward, (begin, end) in zip(self.forwards[len(self.forwards) - len(self._events):], self._events):
             forward.seconds = begin.elapsed_time(end) / 1e3
         self._events.clear()
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 _SYNCING = ("item", "tolist", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero")
@@ -244,7 +239,7 @@ def generate(network: DiffusionLM, tokens: torch.Tensor, sampler: Sampler, count
         torch.cuda.reset_peak_memory_stats(device)
     synchronize(device)
     start = time.perf_counter()
-    with syncs.counting() if count_syncs else _nothing():
+    with syncs.counting() if count_syncs else nullcontext():
         sampler.sample(counter, tokens, network.mask_id)
     synchronize(device)
     seconds = time.perf_counter() - start
@@ -293,8 +288,6 @@ def case_record(generation: Generation, *, model: str, prompt: int, answer: int,
         "forwards": n, "nfe_per_row": generation.nfe_per_row,
         "ms_per_forward": 1e3 * generation.forward_seconds / n,
         "loop_share": 1 - generation.forward_seconds / generation.seconds,
-        "loop_syncs_per_forward": generation.loop_syncs / n if generation.loop_syncs else None,
-        "network_syncs_per_forward": generation.network_syncs / n if generation.loop_syncs else None,
         "peak_gib": None if generation.peak_bytes is None else generation.peak_bytes / 2**30,
     }
     if hardware is not None:
