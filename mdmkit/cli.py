@@ -253,6 +253,11 @@ def _train(cfg: DictConfig) -> None:
             resolve_device(cfg.device)  # device=cuda without CUDA: one line now, not after training
         if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
             from mdmkit.training.indicator.train import run_indicator_training as run
+        elif cfg.get("sft") is not None:  # experiment=*_sft: fine-tune a pretrained diffusion LLM
+            from mdmkit.training.sft.config import check_sft_components
+
+            check_sft_components(to_container(cfg))
+            from mdmkit.training.sft.train import run_sft as run
         else:
             check_components(to_container(cfg))
             from mdmkit.training.train import run_training as run

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra.utils import get_class
+from hydra.utils import get_class, get_object
 from omegaconf import OmegaConf
 
 from mdmkit.core.config import option
@@ -31,7 +31,8 @@ def dataclass_nodes(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]
     """Every `_target_` node of a raw config tree that names a dataclass, with where it sits."""
     if not isinstance(node, dict):
         return
-    if "_target_" in node and dataclasses.is_dataclass(get_class(node["_target_"])):
+    target = get_object(node["_target_"]) if "_target_" in node else None  # a class, or a function to call
+    if isinstance(target, type) and dataclasses.is_dataclass(target):
         yield where, node
     for key, value in node.items():
         yield from dataclass_nodes(value, f"{where}.{key}")

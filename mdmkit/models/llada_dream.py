@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mdmkit.core.config import Validated, require
 from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
@@ -212,6 +213,8 @@ class DiffusionLM(nn.Module):
         self.blocks = nn.ModuleList(Block(config, index) for index in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.rms_eps)
         self.head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # training: keep only each block's input and recompute the rest in the backward pass (memory for compute)
+        self.gradient_checkpointing = False
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -283,6 +286,10 @@ class DiffusionLM(nn.Module):
         rounded = self.embed.weight.dtype if self.config.rotary_freqs_rounded else torch.float32
         rotary = rotary_angles(positions, self.config.rotated_dims, self.config.rope_theta, rounded)
         x = self.embed(tokens)
-        for index, block in enumerate(self.blocks):
-            x = block(x, rotary, attn_mask, None if cache is None else (cache, index, commit))
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
+        for index, layer in enumerate(self.blocks):
+            if recompute:
+                x = checkpoint(layer, x, rotary, attn_mask, None, use_reentrant=False)
+            else:
+                x = layer(x, rotary, attn_mask, None if cache is None else (cache, index, commit))
         return x

@@ -23,17 +23,22 @@ class Corruption:
 class MaskedDiffusionLoss(Validated):
     """Per sequence t ~ U(0,1); each answer position is masked with probability t; CE on masked positions.
 
-    `weighting="elbo"` weights a sequence's summed CE by 1/t and divides by its answer length (the
-    continuous-time ELBO); `"uniform"` is the plain mean CE over all masked tokens of the batch.
-    Prompt/given positions (answer_mask False) are never masked and never scored.
+    `weighting="elbo"` weights each masked token's CE by 1/t (the continuous-time ELBO); `normalize` then divides
+    a sequence's sum by its answer length and averages the sequences (`"sequence"`: LLaDA's pre-training and SFT
+    loss, whose EOS padding counts as answer), or divides the batch's sum by its answer tokens (`"tokens"`: Dream's
+    SFT); the two agree when every answer has one length. `"uniform"` is the plain mean CE over all masked tokens
+    of the batch. Prompt/given positions (answer_mask False) are never masked and never scored.
     """
 
     weighting: Literal["elbo", "uniform"] = "elbo"
     t_min: float = 1e-3
     stratified: bool = True
+    normalize: Literal["sequence", "tokens"] = "sequence"
 
     def validate(self) -> None:
         require(0.0 < self.t_min < 1.0, f"t_min={self.t_min} must be in (0, 1)")
+        require(self.normalize == "sequence" or self.weighting == "elbo",
+                f"normalize={self.normalize} applies to weighting=elbo (uniform divides by the masked tokens)")
 
     def corrupt(
         self, tokens: torch.Tensor, answer_mask: torch.Tensor, mask_id: int, generator: torch.Generator | None,
@@ -59,9 +64,10 @@ class MaskedDiffusionLoss(Validated):
         logits = network(c.noisy)
         ce = F.cross_entropy(logits.transpose(1, 2).float(), tokens, reduction="none") * c.masked
         n_masked = c.masked.sum()
-        if self.weighting == "elbo":
-            per_sequence = ce.sum(1) / c.t / answer_mask.sum(1).clamp(min=1)
-            loss = per_sequence.mean()
+        if self.weighting == "elbo" and self.normalize == "sequence":
+            loss = (ce.sum(1) / c.t / answer_mask.sum(1).clamp(min=1)).mean()
+        elif self.weighting == "elbo":
+            loss = (ce.sum(1) / c.t).sum() / answer_mask.sum().clamp(min=1)
         else:
             loss = ce.sum() / n_masked.clamp(min=1)
         with torch.no_grad():

@@ -47,8 +47,10 @@ class GSM8KTask(TextTask):
         return self.docs("train")[: self.shots] if self.shots else []
 
     def _shot(self, doc: dict) -> str:
-        answer = worked_solution(doc["answer"]) if self.style == "eb" else doc["answer"]
-        return f"Question: {doc['question']}\nAnswer: {answer}"
+        return f"Question: {doc['question']}\nAnswer: {self.reference(doc)}"
+
+    def reference(self, doc: dict) -> str:
+        return worked_solution(doc["answer"]) if self.style == "eb" else doc["answer"]
 
     def format_prompt(self, doc: dict, fewshot: list[dict]) -> str:
         return "".join(self._shot(shot) + "\n\n" for shot in fewshot) + f"Question: {doc['question']}\nAnswer:"

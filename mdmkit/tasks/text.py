@@ -76,6 +76,11 @@ class TextTask(Validated):
         """Whether each (already stop-truncated) generation solves its document, and why."""
         raise NotImplementedError
 
+    def reference(self, doc: dict) -> str:
+        """The gold answer as the model should write it after `format_prompt` (the target of fine-tuning)."""
+        raise DataFormatError(f"{self.name} names no reference answer to fine-tune on: give the pairs in a JSONL "
+                              "file (sft.train_file)")
+
     def check_can_score(self) -> None:
         """Raise before any generation if `score` could not run here, so no generation is made in vain."""
 

@@ -19,10 +19,12 @@ class StepIndexedBatches(IterableDataset):
     """Batch number s is a pure function of (seed, s, rank): resuming at step s replays exactly what follows.
 
     Each batch takes `batch_size` rows of `columns` (tensors sharing their first dimension), drawn with
-    replacement, so there are no epochs whose boundaries a resume would have to reconstruct; each rank draws its
-    own stream, so DDP needs no distributed sampler. `transform` (e.g. a task's random symmetries) draws from the
-    same seeded generator, after the rows, so it replays on a resume as well. Under k loader workers, worker w
-    makes steps w, w + k, ...: the loader takes their batches in turn, so the stream is the same as in one process.
+    replacement, so there are no epochs whose boundaries a resume would have to reconstruct. Rank r of W draws
+    batch number s * W + r of one stream, so DDP needs no distributed sampler, and W processes see at each step the
+    batches one process sees under W-fold gradient accumulation. `transform` (e.g. a task's random symmetries)
+    draws from the same seeded generator, after the rows, so it replays on a resume as well. Under k loader workers,
+    worker w makes steps w, w + k, ...: the loader takes their batches in turn, so the stream is the same as in one
+    process.
     """
 
     def __init__(self, columns: Sequence[torch.Tensor], batch_size: int, seed: int, start_step: int, rank: int,
@@ -37,7 +39,7 @@ class StepIndexedBatches(IterableDataset):
         step = self.start_step + first
         generator = torch.Generator()
         while True:
-            generator.manual_seed(stream_seed(self.seed, step, self.rank, self.world_size))
+            generator.manual_seed(stream_seed(self.seed, step * self.world_size + self.rank))
             index = torch.randint(len(self.columns[0]), (self.batch_size,), generator=generator)
             batch = tuple(column[index] for column in self.columns)
             yield batch if self.transform is None else self.transform(*batch, generator)

@@ -1,0 +1,73 @@
+"""The `sft` node of a fine-tuning run (conf/sft/): what to fine-tune, on which pairs, and how to fit it in memory.
+
+Light (no Lightning, no transformers): the CLI checks it before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mdmkit.core.config import Validated, build, require
+
+# mdmkit's module names inside a DiffusionLM block: attention q, k, v, o; the MLP's gate, up, down
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+@dataclass
+class SFTConfig(Validated):
+    """`model`: a local hub-layout directory (config.json, safetensors, tokenizer) of `kind`. `dtype`: the weights
+    as loaded (float32 master weights under bf16-mixed; bfloat16 halves a base that LoRA keeps frozen).
+    `train_file`: JSONL of {"prompt", "response"} or {"messages": [...]} (null: the training split of the run's
+    `task`, e.g. GSM8K's). `val_file`: the same for the validation loss (null: the last `data.val_examples`
+    training pairs, held out). `chat`: prompts rendered with the tokenizer's chat template. `end_of_turn`: the
+    token that closes an answer before its EOS padding (null: EOS only). `max_length`: longer pairs are left out,
+    and counted. `lora_r` > 0 trains LoRA adapters of rank r on the `lora_targets` of every block (0: every
+    weight); `save_adapter` also writes them alone."""
+
+    model: str
+    kind: Literal["llada", "dream"] = "llada"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    train_file: str | None = None
+    val_file: str | None = None
+    chat: bool = True
+    end_of_turn: str | None = "<|eot_id|>"
+    max_length: int = 1024
+    gradient_checkpointing: bool = False
+    lora_r: int = 0
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    save_adapter: bool = True
+
+    def validate(self) -> None:
+        directory = Path(self.model).expanduser()
+        require(directory.is_dir(), f"model={self.model}: no such directory (a local copy of the hub checkpoint)")
+        require((directory / "config.json").is_file(), f"model={self.model}: no config.json in it")
+        for name in ("train_file", "val_file"):
+            path = getattr(self, name)
+            require(path is None or Path(path).expanduser().is_file(), f"{name}={path}: no such file")
+        require(self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
+        require(self.lora_r >= 0, f"lora_r={self.lora_r} must be >= 0 (0: full fine-tuning)")
+        require(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha} must be > 0")
+        require(0.0 <= self.lora_dropout < 1.0, f"lora_dropout={self.lora_dropout} must lie in [0, 1)")
+        unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
+        require(not unknown and len(self.lora_targets) > 0,
+                f"lora_targets={list(self.lora_targets)}: each must be one of {', '.join(LORA_TARGETS)}")
+
+    @property
+    def lora(self) -> bool:
+        return self.lora_r > 0
+
+
+def check_sft_components(config: dict[str, Any]) -> None:
+    """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error."""
+    from mdmkit.evaluation.resolve import build_sampler
+
+    build(config["sft"], "sft")
+    build(config["objective"], "objective")
+    build(config["optim"], "optim")
+    build_sampler(config["sampler"])
+    if config.get("task") is not None:
+        build(config["task"], "task")

@@ -1,0 +1,63 @@
+"""LightningModule that fine-tunes a pretrained diffusion LLM on prompt-response pairs.
+
+The network is mdmkit's own DiffusionLM, loaded from the hub layout; LoRA (peft) adds adapters in place, so
+the module's state dict is the network's (with the adapters) under `network.`. No EMA: at 7-8B parameters it would
+cost a copy of the weights, and fine-tuning runs are short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+from mdmkit.core.config import build
+from mdmkit.core.seeding import seeded_generator
+from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.training.module import loss_on_progress_bar
+from mdmkit.training.optim import OptimConfig
+from mdmkit.training.sft.config import SFTConfig
+from mdmkit.training.sft.lora import add_lora
+
+NETWORK_PREFIX = "network."  # the network's weights in the module's state dict
+
+
+class SFTModule(L.LightningModule):
+    def __init__(self, config: dict[str, Any], network: DiffusionLM) -> None:
+        super().__init__()
+        self.save_hyperparameters({"config": config})
+        self.config = config
+        self.sft: SFTConfig = build(config["sft"], "sft")
+        self.objective = build(config["objective"], "objective")
+        self.optim: OptimConfig = build(config["optim"], "optim")
+        self.mask_id = network.mask_id
+        network.gradient_checkpointing = self.sft.gradient_checkpointing
+        self.network = add_lora(network, self.sft) if self.sft.lora else network
+
+    def trained_parameters(self) -> int:
+        return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
+
+    def _loss(self, batch: tuple[torch.Tensor, torch.Tensor, int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        tokens, answer_mask, noise_seed = batch
+        generator = seeded_generator(noise_seed, tokens.device)
+        return self.objective(self.network, tokens, answer_mask, self.mask_id, generator)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor, int], batch_idx: int) -> torch.Tensor:
+        loss, metrics = self._loss(batch)
+        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()})
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor, int], batch_idx: int) -> None:
+        loss, metrics = self._loss(batch)
+        size = len(batch[0])
+        self.log("val/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("val/masked_acc", metrics["masked_acc"], batch_size=size, sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return self.optim.configure(self.network, self.trainer.max_steps)
+
+    def on_train_start(self) -> None:
+        # after a resume has loaded the optimizer state: this run's settings (overrides included)
+        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())

@@ -1,0 +1,120 @@
+"""`train.py experiment=llada_sft sft.model=<dir>`: fine-tune a diffusion LLM, save it in the hub layout, evaluate it.
+
+The run writes `model/` (config.json + safetensors under the hub's tensor names, LoRA merged, with the source's
+tokenizer: `evaluate.py ckpt=<run>/model hf.kind=<kind>` and the model's own code load it) and, under LoRA,
+`adapter/` (peft's format). The evaluation after training samples the run's `task` with its `sampler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from mdmkit.core.config import build, require, to_container
+from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.evaluate import format_summary
+from mdmkit.evaluation.generation import TextModel
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.evaluation.text_eval import evaluate_text_task
+from mdmkit.io.results import append_record
+from mdmkit.models.hf import load_native
+from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.llm_export import save_hub_checkpoint
+from mdmkit.tasks.text import TextTask
+from mdmkit.training.run_config import DataConfig
+from mdmkit.training.sft.config import SFTConfig
+from mdmkit.training.sft.data import Examples, SFTDataModule, encode, read_pairs, split_examples, task_pairs
+from mdmkit.training.sft.lora import describe, merged_weights, save_adapter
+from mdmkit.training.sft.module import NETWORK_PREFIX, SFTModule
+from mdmkit.training.train import fit, prepare_run
+
+
+def sft_examples(sft: SFTConfig, tokenizer: Any, task: TextTask | None, val_examples: int) -> tuple[Examples, Examples]:
+    """Training and validation examples: `sft.train_file` (else the task's training split), tokenized."""
+    require(sft.train_file is not None or task is not None,
+            "sft.train_file=null takes the pairs from the run's task, which is no text task (task=gsm8k is)")
+    pairs = read_pairs(sft.train_file) if sft.train_file is not None else task_pairs(task)
+    val = encode(read_pairs(sft.val_file), tokenizer, sft) if sft.val_file is not None else None
+    return split_examples(encode(pairs, tokenizer, sft), val, val_examples)
+
+
+def network_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The network's part of the module's state dict, under the network's own names."""
+    return {name.removeprefix(NETWORK_PREFIX): tensor for name, tensor in state.items()
+            if name.startswith(NETWORK_PREFIX)}
+
+
+def plain_network(weights: dict[str, torch.Tensor], config: Any, sft: SFTConfig) -> DiffusionLM:
+    """The trained network from its weights, LoRA merged in."""
+    if sft.lora:
+        weights = merged_weights(weights, sft.lora_alpha / sft.lora_r)
+    with torch.device("meta"):
+        network = DiffusionLM(config)
+    network.load_state_dict(weights, assign=True)
+    return network.eval()
+
+
+def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -> str:
+    total = sum(p.numel() for p in module.network.parameters())
+    trained = module.trained_parameters()
+    method = f"LoRA r={sft.lora_r} on {','.join(sft.lora_targets)}" if sft.lora else "every weight"
+    lines = [(f"model: {sft.kind} from {sft.model}, {total / 1e6:.1f}M parameters, {trained / 1e6:.2f}M trained "
+              f"({method})"),
+             (f"data: {len(train):,} training pairs, {len(val):,} validation pairs, up to {train.tokens.shape[1]} "
+              "tokens")]
+    if train.left_out:
+        lines.append(f"data: {train.left_out:,} pairs longer than sft.max_length={sft.max_length} left out")
+    return "\n".join(lines)
+
+
+def _evaluate(cfg: DictConfig, network: DiffusionLM, tokenizer: Any, task: TextTask, checkpoint: Path,
+              config: dict[str, Any], summary: dict[str, Any]) -> None:
+    run_device = resolve_device(cfg.device)
+    network = network.to(run_device)
+    sampler = build_sampler(to_container(cfg.sampler), network)
+    model = TextModel(network, tokenizer, network.config.max_positions)
+    result = evaluate_text_task(model, task, sampler, cfg.data.eval_batch_size, cfg.seed,
+                                checkpoint.parent / "generations.jsonl")
+    summary.update(result.summary())
+    row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": to_container(cfg.sampler),
+           "trained": describe(build(cfg.sft, "sft")), **summary, "config": config}
+    append_record(cfg.results_file, row)
+    print(f"[{task.name}] fine-tuned model, {len(task.docs('test'))} test documents: "
+          f"{format_summary(result.summary())}")
+
+
+def run_sft(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Fine-tune, save `model/` (and `adapter/`), evaluate; `on_start` runs once every check has passed."""
+    config = to_container(cfg)
+    run = prepare_run(cfg)
+    data = DataConfig.from_config(cfg.data)
+    sft: SFTConfig = build(cfg.sft, "sft")
+    task = build(cfg.task, "task") if cfg.get("task") is not None else None
+    task = task if isinstance(task, TextTask) else None
+    network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
+    require(sft.max_length <= network.config.max_positions, f"sft.max_length={sft.max_length} is more than the "
+                                                            f"{network.config.max_positions} positions of {sft.model}")
+    train, val = sft_examples(sft, tokenizer, task, data.val_examples)
+    module = SFTModule(config, network.train())
+    datamodule = SFTDataModule(train, val, data.batch_size, data.eval_batch_size, run.seed, data.workers)
+    trainer, seconds = fit(cfg, module, datamodule, output_dir, _banner(module, sft, train, val), on_start)
+    state = trainer.strategy.lightning_module_state_dict()  # every rank: FSDP gathers the shards to rank 0
+    summary: dict[str, Any] = {"train_time_s": seconds, "global_step": trainer.global_step}
+    if trainer.global_rank != 0:
+        return summary
+    weights = network_weights(state)
+    trained = plain_network(weights, network.config, sft)
+    checkpoint = save_hub_checkpoint(trained, output_dir / "model", sft.kind, source=sft.model,
+                                     dtype=getattr(torch, run.save_dtype))
+    print(f"saved: {checkpoint} (hub layout: evaluate.py ckpt={checkpoint} hf.kind={sft.kind})")
+    if sft.lora and sft.save_adapter:
+        print(f"saved: {save_adapter(weights, sft, output_dir / 'adapter')} (the LoRA adapter alone, peft's format)")
+    if run.evaluate_after_training and not trainer.fast_dev_run and task is not None:
+        if run.eval_limit is not None:
+            task.limit = run.eval_limit
+        _evaluate(cfg, trained, tokenizer, task, checkpoint, config, summary)
+    return summary
