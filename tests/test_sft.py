@@ -17,10 +17,10 @@ from tiny_text_models import native_checkpoint_dir
 from mdmkit.core.errors import ConfigError, DataFormatError
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.models.hf import load_native
+from mdmkit.models.lora import add_lora, load_adapter, save_adapter
 from mdmkit.objectives import MaskedDiffusionLoss
 from mdmkit.training.sft.config import SFTConfig
 from mdmkit.training.sft.data import Pair, encode, read_pairs
-from mdmkit.training.sft.lora import add_lora, load_adapter, save_adapter
 from mdmkit.training.sft.train import plain_network
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
@@ -158,7 +158,7 @@ def test_lora_merged_logits_equal_the_unmerged_model(model_dirs, pairs_file, tmp
     config = sft_config(model_dirs["llada"], "llada", lora_r=4, lora_targets=("q", "v", "up", "down"))
     network, _, made = examples(model_dirs, pairs_file, "llada")
     base = {name: tensor.clone() for name, tensor in network.state_dict().items()}
-    add_lora(network, config)
+    add_lora(network, config.lora)
     torch.manual_seed(0)
     with torch.no_grad():  # adapters as training leaves them (peft starts B at zero: merged = base, trivially)
         for name, parameter in network.named_parameters():
@@ -171,7 +171,8 @@ def test_lora_merged_logits_equal_the_unmerged_model(model_dirs, pairs_file, tmp
         merged = plain_network(network.state_dict(), network.config, config)(made.tokens)
         plain = load_native(str(model_dirs["llada"]), "llada")[0]
         before = plain(made.tokens)
-        adapter = load_adapter(plain, save_adapter(network.state_dict(), config, tmp_path / "adapter"))(made.tokens)
+        saved = save_adapter(network.state_dict(), config.lora, tmp_path / "adapter")
+        adapter = load_adapter(plain, saved)(made.tokens)
     assert (unmerged - before).abs().max() > 1e-2  # the adapters change the model
     assert (merged - unmerged).abs().max() < 1e-4 * unmerged.abs().max(), (merged - unmerged).abs().max()
     assert (adapter - unmerged).abs().max() < 1e-4 * unmerged.abs().max()
@@ -184,13 +185,13 @@ def test_peft_reads_the_saved_adapter(model_dirs, pairs_file, tmp_path: Path) ->
 
     config = sft_config(model_dirs["llada"], "llada", lora_r=2)
     network, _, _ = examples(model_dirs, pairs_file, "llada")
-    add_lora(network, config)
-    directory = save_adapter(network.state_dict(), config, tmp_path / "adapter")
+    add_lora(network, config.lora)
+    directory = save_adapter(network.state_dict(), config.lora, tmp_path / "adapter")
     saved = LoraConfig.from_pretrained(str(directory))
     assert (saved.r, saved.lora_alpha, set(saved.target_modules)) == (2, 32.0, set(config.lora_targets))
     weights = load_file(directory / "adapter_model.safetensors")
     assert all(name.startswith("base_model.model.blocks.") for name in weights)
-    fresh = add_lora(load_native(str(model_dirs["llada"]), "llada")[0], config)
+    fresh = add_lora(load_native(str(model_dirs["llada"]), "llada")[0], config.lora)
     result = set_peft_model_state_dict(fresh, {k.removeprefix("base_model.model."): v for k, v in weights.items()})
     assert not result.unexpected_keys
 

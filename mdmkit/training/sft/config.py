@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mdmkit.core.config import Validated, build, require
-
-# mdmkit's module names inside a DiffusionLM block: attention q, k, v, o; the MLP's gate, up, down
-LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+from mdmkit.models.lora import LORA_TARGETS, LoRA
 
 
 @dataclass
@@ -57,8 +55,17 @@ class SFTConfig(Validated):
                 f"lora_targets={list(self.lora_targets)}: each must be one of {', '.join(LORA_TARGETS)}")
 
     @property
-    def lora(self) -> bool:
-        return self.lora_r > 0
+    def lora(self) -> LoRA | None:
+        """The adapters trained (None: full fine-tuning)."""
+        if self.lora_r == 0:
+            return None
+        return LoRA(self.lora_r, self.lora_alpha, self.lora_dropout, tuple(self.lora_targets))
+
+    def describe(self) -> dict[str, object]:
+        """How the weights were trained, for result rows."""
+        if self.lora is None:
+            return {"method": "full"}
+        return {"method": "lora", "r": self.lora_r, "alpha": self.lora_alpha, "targets": list(self.lora_targets)}
 
 
 def check_sft_components(config: dict[str, Any]) -> None:

@@ -15,10 +15,10 @@ import torch
 from mdmkit.core.config import build
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.optim import OptimConfig
 from mdmkit.training.sft.config import SFTConfig
-from mdmkit.training.sft.lora import add_lora
 
 NETWORK_PREFIX = "network."  # the network's weights in the module's state dict
 
@@ -33,7 +33,7 @@ class SFTModule(L.LightningModule):
         self.optim: OptimConfig = build(config["optim"], "optim")
         self.mask_id = network.mask_id
         network.gradient_checkpointing = self.sft.gradient_checkpointing
-        self.network = add_lora(network, self.sft) if self.sft.lora else network
+        self.network = network if self.sft.lora is None else add_lora(network, self.sft.lora)
 
     def trained_parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters() if p.requires_grad)

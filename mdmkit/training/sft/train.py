@@ -24,11 +24,11 @@ from mdmkit.io.results import append_record
 from mdmkit.models.hf import load_native
 from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.llm_export import save_hub_checkpoint
+from mdmkit.models.lora import merged_weights, save_adapter
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.run_config import DataConfig
 from mdmkit.training.sft.config import SFTConfig
 from mdmkit.training.sft.data import Examples, SFTDataModule, encode, read_pairs, split_examples, task_pairs
-from mdmkit.training.sft.lora import describe, merged_weights, save_adapter
 from mdmkit.training.sft.module import NETWORK_PREFIX, SFTModule
 from mdmkit.training.train import fit, prepare_run
 
@@ -50,8 +50,8 @@ def network_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def plain_network(weights: dict[str, torch.Tensor], config: Any, sft: SFTConfig) -> DiffusionLM:
     """The trained network from its weights, LoRA merged in."""
-    if sft.lora:
-        weights = merged_weights(weights, sft.lora_alpha / sft.lora_r)
+    if sft.lora is not None:
+        weights = merged_weights(weights, sft.lora.scaling)
     with torch.device("meta"):
         network = DiffusionLM(config)
     network.load_state_dict(weights, assign=True)
@@ -61,7 +61,7 @@ def plain_network(weights: dict[str, torch.Tensor], config: Any, sft: SFTConfig)
 def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -> str:
     total = sum(p.numel() for p in module.network.parameters())
     trained = module.trained_parameters()
-    method = f"LoRA r={sft.lora_r} on {','.join(sft.lora_targets)}" if sft.lora else "every weight"
+    method = "every weight" if sft.lora is None else f"LoRA r={sft.lora_r} on {','.join(sft.lora_targets)}"
     lines = [(f"model: {sft.kind} from {sft.model}, {total / 1e6:.1f}M parameters, {trained / 1e6:.2f}M trained "
               f"({method})"),
              (f"data: {len(train):,} training pairs, {len(val):,} validation pairs, up to {train.tokens.shape[1]} "
@@ -81,7 +81,7 @@ def _evaluate(cfg: DictConfig, network: DiffusionLM, tokenizer: Any, task: TextT
                                 checkpoint.parent / "generations.jsonl")
     summary.update(result.summary())
     row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": to_container(cfg.sampler),
-           "trained": describe(build(cfg.sft, "sft")), **summary, "config": config}
+           "trained": build(cfg.sft, "sft").describe(), **summary, "config": config}
     append_record(cfg.results_file, row)
     print(f"[{task.name}] fine-tuned model, {len(task.docs('test'))} test documents: "
           f"{format_summary(result.summary())}")
@@ -111,8 +111,9 @@ def run_sft(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | No
     checkpoint = save_hub_checkpoint(trained, output_dir / "model", sft.kind, source=sft.model,
                                      dtype=getattr(torch, run.save_dtype))
     print(f"saved: {checkpoint} (hub layout: evaluate.py ckpt={checkpoint} hf.kind={sft.kind})")
-    if sft.lora and sft.save_adapter:
-        print(f"saved: {save_adapter(weights, sft, output_dir / 'adapter')} (the LoRA adapter alone, peft's format)")
+    if sft.lora is not None and sft.save_adapter:
+        adapter = save_adapter(weights, sft.lora, output_dir / "adapter", base=sft.model)
+        print(f"saved: {adapter} (the LoRA adapter alone, peft's format)")
     if run.evaluate_after_training and not trainer.fast_dev_run and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit

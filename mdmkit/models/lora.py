@@ -1,5 +1,7 @@
 """LoRA on mdmkit's DiffusionLM through `peft`: adapters injected in place, merged into plain weights on save.
 
+`peft` (the `sft` extra) is imported only when an adapter is made or read.
+
 Merging works on a state dict, not on modules, so it runs the same on weights that FSDP gathered from its shards.
 The adapter alone is written in peft's own format (adapter_config.json + adapter_model.safetensors, keys under
 `base_model.model.`), which `peft.PeftModel.from_pretrained` and `load_adapter` below read.
@@ -7,31 +9,45 @@ The adapter alone is written in peft's own format (adapter_config.json + adapter
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from mdmkit.core.errors import CheckpointError
-from mdmkit.training.sft.config import SFTConfig
 
+# mdmkit's module names inside a DiffusionLM block: attention q, k, v, o; the MLP's gate, up, down
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 ADAPTER = "default"  # peft's name of the one adapter
 SAVED_PREFIX = "base_model.model."  # where peft's saved adapters name the model's modules
 
 
-def lora_config(config: SFTConfig):  # -> peft.LoraConfig (peft is imported only when LoRA is used)
-    from peft import LoraConfig
+@dataclass(frozen=True)
+class LoRA:
+    """Adapters of rank `r` on the modules named `targets` of every block, scaled by `alpha / r`."""
 
-    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=list(config.lora_targets), bias="none", base_model_name_or_path=config.model)
+    r: int
+    alpha: float = 32.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LORA_TARGETS
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.r
+
+    def peft_config(self, base: str | None = None):  # -> peft.LoraConfig
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=list(self.targets),
+                          bias="none", base_model_name_or_path=base)
 
 
-def add_lora(network: nn.Module, config: SFTConfig) -> nn.Module:
-    """`network` with LoRA adapters on its `lora_targets`, every other weight frozen (in place)."""
+def add_lora(network: nn.Module, lora: LoRA) -> nn.Module:
+    """`network` with LoRA adapters on its `lora.targets`, every other weight frozen (in place)."""
     from peft import inject_adapter_in_model
 
-    inject_adapter_in_model(lora_config(config), network)
+    inject_adapter_in_model(lora.peft_config(), network)
     for name, parameter in network.named_parameters():
         parameter.requires_grad_(".lora_" in name)
     return network
@@ -63,15 +79,15 @@ def adapter_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             for name, tensor in state.items() if ".lora_" in name}
 
 
-def save_adapter(state: dict[str, torch.Tensor], config: SFTConfig, directory: Path) -> Path:
-    """Write the adapter alone, as `peft` writes it."""
+def save_adapter(state: dict[str, torch.Tensor], lora: LoRA, directory: Path, base: str | None = None) -> Path:
+    """Write the adapter alone, as `peft` writes it (`base`: the model it adapts, recorded in its config)."""
     from safetensors.torch import save_file
 
     weights = adapter_weights(state)
     if not weights:
         raise CheckpointError("no LoRA weights to save (sft.lora_r=0 trains every weight)")
     directory.mkdir(parents=True, exist_ok=True)
-    lora_config(config).save_pretrained(str(directory))
+    lora.peft_config(base).save_pretrained(str(directory))
     save_file(weights, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
     return directory
 
@@ -110,14 +126,3 @@ def _remove_lora(network: nn.Module) -> None:
             setattr(network.get_submodule(parent) if parent else network, child, base)
     if hasattr(network, "peft_config"):
         del network.peft_config
-
-
-def describe(config: SFTConfig) -> dict[str, object]:
-    """How the weights were trained, for result rows and the banner."""
-    if not config.lora:
-        return {"method": "full"}
-    return {"method": "lora", "r": config.lora_r, "alpha": config.lora_alpha, "targets": list(config.lora_targets)}
-
-
-def adapter_summary(directory: Path) -> str:
-    return json.dumps(json.loads((directory / "adapter_config.json").read_text()).get("target_modules"))
