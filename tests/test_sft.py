@@ -102,6 +102,12 @@ def test_bad_settings_are_one_line_errors(model_dirs, tmp_path: Path) -> None:
         SFTConfig(model=str(model_dirs["llada"]), lora_targets=["q_proj"])
     with pytest.raises(ConfigError, match="lora_r=-1"):
         SFTConfig(model=str(model_dirs["llada"]), lora_r=-1)
+    from mdmkit.evaluation.text_eval import HFModelConfig
+
+    with pytest.raises(ConfigError, match="adapter: LoRA adapters merge into mdmkit's own"):
+        HFModelConfig(kind="generic", adapter=str(tmp_path))
+    with pytest.raises(ConfigError, match="adapter=.*: no such directory"):
+        HFModelConfig(kind="llada", adapter=str(tmp_path / "absent"))
     _, tokenizer = load_native(str(model_dirs["llada"]), "llada")
     with pytest.raises(DataFormatError, match="end_of_turn='<nope>' is not a token"):
         encode([Pair([{"role": "user", "content": "q"}], "r")], tokenizer,
@@ -259,6 +265,18 @@ def test_lora_run_saves_merged_and_adapter_resumes_and_evaluates(model_dirs, pai
         base = load_native(str(model_dirs["llada"]), "llada")[0](made.tokens)
         assert (network(made.tokens) - base).abs().max() > 1e-3  # training changed the model
         assert torch.allclose(network(made.tokens), adapted(made.tokens), atol=1e-5, rtol=1e-5)
+
+    # evaluate.py on the saved model, and on the base model with the adapter merged in: the same generations
+    generations = {}
+    for name, model in {"merged": [f"ckpt={run / 'model'}"],
+                        "adapter": [f"ckpt={model_dirs['llada']}", f"hf.adapter={run / 'adapter'}"]}.items():
+        evaluated = run_cli("evaluate.py", "task=gsm8k", *model, "hf.kind=llada", "task.chat=true", "task.shots=0",
+                            f"task.data_dir={BENCHMARK_DATA}", "task.max_gen_len=16", "limit=2", "sampler=llada",
+                            "sampler.steps=8", f"results_file={tmp_path}/{name}/rows.jsonl", cwd=tmp_path)
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        file = next((tmp_path / name / "generations").glob("*.jsonl"))
+        generations[name] = [json.loads(line)["raw"] for line in file.read_text().splitlines()]
+    assert generations["merged"] == generations["adapter"] and len(generations["merged"]) == 2
 
     resumed = run_cli("train.py", f"ckpt_path={run}", "trainer.max_steps=6", "evaluate_after_training=false",
                       cwd=tmp_path)

@@ -162,7 +162,8 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Ro
     require(model.max_length is None or model.max_length > task.max_gen_len,
             f"task.max_gen_len={task.max_gen_len} leaves no room for a prompt in the model's {model.max_length} "
             "positions (hf.max_length)")
-    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt), task.name, data, data["task"], hf.kind, None, ranks)
+    rows = _Rows(cfg, cfg.ckpt, model_fingerprint(cfg.ckpt, hf.adapter), task.name, data, data["task"], hf.kind, None,
+                 ranks)
     rows.common["parameters"] = parameter_counts(model.network)  # beside the key, not in it
     generations = Path(cfg.results_file).parent / "generations"
 

@@ -17,8 +17,11 @@ from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
 from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.lora import load_adapter
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
+
+ADAPTABLE = ("llada", "dream", "fast_dllm_v2")  # the kinds whose blocks have the plain module names LoRA targets
 
 
 @dataclass
@@ -30,9 +33,14 @@ class HFModelConfig(Validated):
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
+    adapter: str | None = None  # a LoRA adapter directory (peft's format, e.g. a fine-tuning run's adapter/) merged in
 
     def validate(self) -> None:
         require(self.max_length is None or self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
+        require(self.adapter is None or self.kind in ADAPTABLE,
+                f"adapter: LoRA adapters merge into mdmkit's own {', '.join(ADAPTABLE)} networks, not kind={self.kind}")
+        require(self.adapter is None or Path(self.adapter).expanduser().is_dir(),
+                f"adapter={self.adapter}: no such directory")
 
 
 
@@ -47,6 +55,8 @@ def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> Te
     options = {"trust_remote_code": config.trust_remote_code, "dtype": config.dtype, "device": device}
     network, tokenizer = load_causal_lm(name_or_path, **options) if config.kind == "causal" else \
         load_masked_diffusion(name_or_path, config.kind, **options)
+    if config.adapter is not None:
+        load_adapter(network, config.adapter)
     positions = position_limit(network)
     if config.max_length is not None and positions is not None:
         require(config.max_length <= positions, f"hf.max_length={config.max_length} is more than the "
@@ -67,17 +77,19 @@ def position_limit(network: torch.nn.Module) -> int | None:
     return limit
 
 
-def model_fingerprint(name_or_path: str) -> str:
-    """Identifies the weights in results keys: a directory by its config and file sizes, a hub name by itself."""
-    path = Path(name_or_path).expanduser()
+def model_fingerprint(name_or_path: str, adapter: str | None = None) -> str:
+    """Identifies the weights in results keys: a directory by its config and file sizes, a hub name by itself; an
+    adapter merged in by its directory's files too."""
     digest = hashlib.sha256()
-    if path.is_dir():
-        config = path / "config.json"
-        digest.update(config.read_bytes() if config.is_file() else b"")
-        for file in sorted(p for p in path.rglob("*") if p.is_file()):
-            digest.update(f"{file.relative_to(path)}:{file.stat().st_size}".encode())
-    else:
-        digest.update(name_or_path.encode())
+    for source in [name_or_path] if adapter is None else [name_or_path, adapter]:
+        path = Path(source).expanduser()
+        if path.is_dir():
+            config = path / "config.json"
+            digest.update(config.read_bytes() if config.is_file() else b"")
+            for file in sorted(p for p in path.rglob("*") if p.is_file()):
+                digest.update(f"{file.relative_to(path)}:{file.stat().st_size}".encode())
+        else:
+            digest.update(source.encode())
     return digest.hexdigest()[:16]
 
 
