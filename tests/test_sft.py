@@ -185,6 +185,16 @@ def test_lora_merged_logits_equal_the_unmerged_model(model_dirs, pairs_file, tmp
     assert set(plain.state_dict()) == set(base)  # the adapter merged away: plain names again
 
 
+def test_adapters_train_in_float32_on_a_bfloat16_base(model_dirs) -> None:
+    network = add_lora(load_native(str(model_dirs["llada"]), "llada", dtype="bfloat16")[0],
+                       sft_config(model_dirs["llada"], "llada", lora_r=2).lora)
+    dtypes = {name: p.dtype for name, p in network.named_parameters()}
+    assert {d for n, d in dtypes.items() if ".lora_" in n} == {torch.float32}
+    assert {d for n, d in dtypes.items() if ".lora_" not in n} == {torch.bfloat16}
+    network(torch.randint(0, 1000, (1, 8))).sum().backward()
+    assert network.blocks[0].attn.q.lora_B.default.weight.grad.abs().max() > 0
+
+
 def test_peft_reads_the_saved_adapter(model_dirs, pairs_file, tmp_path: Path) -> None:
     from peft import LoraConfig, set_peft_model_state_dict
     from safetensors.torch import load_file

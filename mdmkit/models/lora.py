@@ -44,12 +44,16 @@ class LoRA:
 
 
 def add_lora(network: nn.Module, lora: LoRA) -> nn.Module:
-    """`network` with LoRA adapters on its `lora.targets`, every other weight frozen (in place)."""
+    """`network` with LoRA adapters on its `lora.targets`, every other weight frozen (in place). The adapters are
+    float32 whatever the base's dtype: small updates to bfloat16 weights would round away."""
     from peft import inject_adapter_in_model
 
     inject_adapter_in_model(lora.peft_config(), network)
     for name, parameter in network.named_parameters():
-        parameter.requires_grad_(".lora_" in name)
+        adapter = ".lora_" in name
+        parameter.requires_grad_(adapter)
+        if adapter:
+            parameter.data = parameter.data.float()
     return network
 
 
