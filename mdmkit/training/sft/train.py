@@ -71,17 +71,17 @@ def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -
     return "\n".join(lines)
 
 
-def _evaluate(cfg: DictConfig, network: DiffusionLM, tokenizer: Any, task: TextTask, checkpoint: Path,
-              config: dict[str, Any], summary: dict[str, Any]) -> None:
-    run_device = resolve_device(cfg.device)
-    network = network.to(run_device)
+def _evaluate(cfg: DictConfig, sft: SFTConfig, network: DiffusionLM, tokenizer: Any, task: TextTask,
+              checkpoint: Path, summary: dict[str, Any]) -> None:
+    """The run's `sampler` on `task`'s test documents, one row in `results_file`, the generations beside the model."""
+    network = network.to(resolve_device(cfg.device))
     sampler = build_sampler(to_container(cfg.sampler), network)
     model = TextModel(network, tokenizer, network.config.max_positions)
     result = evaluate_text_task(model, task, sampler, cfg.data.eval_batch_size, cfg.seed,
                                 checkpoint.parent / "generations.jsonl")
     summary.update(result.summary())
     row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": to_container(cfg.sampler),
-           "trained": build(cfg.sft, "sft").describe(), **summary, "config": config}
+           "trained": sft.describe(), **summary, "config": to_container(cfg)}
     append_record(cfg.results_file, row)
     print(f"[{task.name}] fine-tuned model, {len(task.docs('test'))} test documents: "
           f"{format_summary(result.summary())}")
@@ -117,5 +117,5 @@ def run_sft(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | No
     if run.evaluate_after_training and not trainer.fast_dev_run and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
-        _evaluate(cfg, trained, tokenizer, task, checkpoint, config, summary)
+        _evaluate(cfg, sft, trained, tokenizer, task, checkpoint, summary)
     return summary
