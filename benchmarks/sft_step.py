@@ -172,7 +172,8 @@ def measure_case(setup: Setup, method: str, checkpointing: bool, tokens: torch.T
     losses: list[torch.Tensor] = []
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.bf16):
+        # grad on whatever the caller's mode (an imported library may have switched it off for the process)
+        with torch.enable_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=setup.bf16):
             loss, _ = objective(network, tokens, answer_mask, network.mask_id, noise)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)

@@ -100,6 +100,8 @@ def test_bad_settings_are_one_line_errors(model_dirs, tmp_path: Path) -> None:
         SFTConfig(model=str(tmp_path / "absent"))
     with pytest.raises(ConfigError, match="lora_targets=.*each must be one of"):
         SFTConfig(model=str(model_dirs["llada"]), lora_targets=["q_proj"])
+    with pytest.raises(ConfigError, match="dtype=bfloat16 with lora_r=0 would train bfloat16 weights"):
+        SFTConfig(model=str(model_dirs["llada"]), dtype="bfloat16")
     with pytest.raises(ConfigError, match="lora_r=-1"):
         SFTConfig(model=str(model_dirs["llada"]), lora_r=-1)
     from mdmkit.evaluation.text_eval import HFModelConfig

@@ -48,6 +48,10 @@ class SFTConfig(Validated):
             require(path is None or Path(path).expanduser().is_file(), f"{name}={path}: no such file")
         require(self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
         require(self.lora_r >= 0, f"lora_r={self.lora_r} must be >= 0 (0: full fine-tuning)")
+        require(self.dtype == "float32" or self.lora_r > 0,
+                f"dtype={self.dtype} with lora_r=0 would train bfloat16 weights, whose small updates round away: "
+                "keep float32 weights (trainer.precision=bf16-mixed computes in bfloat16; trainer=fsdp shards them) "
+                "or train LoRA adapters (sft.lora_r=16)")
         require(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha} must be > 0")
         require(0.0 <= self.lora_dropout < 1.0, f"lora_dropout={self.lora_dropout} must lie in [0, 1)")
         unknown = sorted(set(self.lora_targets) - set(LORA_TARGETS))
