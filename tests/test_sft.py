@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -295,6 +296,15 @@ def test_lora_run_saves_merged_and_adapter_resumes_and_evaluates(model_dirs, pai
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines()]
     assert [call["global_step"] for call in calls] == [4, 6]
+    # a LoRA checkpoint holds the adapters only, and refuses another base than the one they were trained on
+    saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert saved["state_dict"] and all(".lora_" in name for name in saved["state_dict"])
+    other = tmp_path / "other_base"
+    shutil.copytree(model_dirs["llada"], other)
+    (other / "config.json").write_text(json.dumps({**json.loads((other / "config.json").read_text()), "note": 1}))
+    refused = run_cli("train.py", f"ckpt_path={run}", "trainer.max_steps=8", f"sft.model={other}", cwd=tmp_path)
+    assert refused.returncode != 0 and "is not the base model this checkpoint's adapters were" in refused.stderr
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
 
 
 def _steps(run: Path) -> list[dict[str, torch.Tensor]]:

@@ -92,7 +92,10 @@ def check_resume(cfg: DictConfig, module: L.LightningModule) -> None:
     if cfg.ckpt_path is None:
         return
     checkpoint = read_lightning_checkpoint(cfg.ckpt_path)
-    mismatch = shape_mismatch(module.state_dict(), checkpoint["state_dict"])
+    expected = module.state_dict()
+    if hasattr(module, "checkpointed"):  # a module whose checkpoints leave out what it rebuilds (a frozen base)
+        expected = module.checkpointed(expected)
+    mismatch = shape_mismatch(expected, checkpoint["state_dict"])
     if mismatch is not None:
         saved = checkpoint.get("hyper_parameters", {}).get("config", {})
         raise architecture_error("ckpt_path", cfg.ckpt_path, saved, getattr(module, "config", {}), mismatch)

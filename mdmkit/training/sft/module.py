@@ -2,7 +2,8 @@
 
 The network is mdmkit's own DiffusionLM, loaded from the hub layout; LoRA (peft) adds adapters in place, so
 the module's state dict is the network's (with the adapters) under `network.`. No EMA: at 7-8B parameters it would
-cost a copy of the weights, and fine-tuning runs are short.
+cost a copy of the weights, and fine-tuning runs are short. Under LoRA a checkpoint holds the adapters only (megabytes,
+not the base's gigabytes) and the fingerprint of the base, which a resume reloads from `sft.model` and checks.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import lightning as L
 import torch
 
 from mdmkit.core.config import build
+from mdmkit.core.errors import CheckpointError
 from mdmkit.core.seeding import seeded_generator
+from mdmkit.evaluation.text_eval import model_fingerprint
 from mdmkit.models.llada_dream import DiffusionLM
 from mdmkit.models.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
@@ -21,6 +24,7 @@ from mdmkit.training.optim import OptimConfig
 from mdmkit.training.sft.config import SFTConfig
 
 NETWORK_PREFIX = "network."  # the network's weights in the module's state dict
+BASE_KEY = "sft_base"  # in a LoRA run's checkpoint: the fingerprint of the frozen base it needs
 
 
 class SFTModule(L.LightningModule):
@@ -34,6 +38,27 @@ class SFTModule(L.LightningModule):
         self.mask_id = network.mask_id
         network.gradient_checkpointing = self.sft.gradient_checkpointing
         self.network = network if self.sft.lora is None else add_lora(network, self.sft.lora)
+
+    def checkpointed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What of a state dict a checkpoint keeps: under LoRA the adapters, the frozen base being `sft.model`'s."""
+        if self.sft.lora is None:
+            return state
+        return {name: tensor for name, tensor in state.items() if ".lora_" in name}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.sft.lora is not None:
+            checkpoint["state_dict"] = self.checkpointed(checkpoint["state_dict"])
+            checkpoint[BASE_KEY] = model_fingerprint(self.sft.model)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        base = checkpoint.get(BASE_KEY)
+        if base is None:
+            return
+        if base != model_fingerprint(self.sft.model):
+            raise CheckpointError(f"sft.model={self.sft.model} is not the base model this checkpoint's adapters were "
+                                  "trained on (its config or weight files differ)")
+        own = self.state_dict()  # the base, as loaded from sft.model: the adapters come from the checkpoint
+        checkpoint["state_dict"] = {**{k: v for k, v in own.items() if ".lora_" not in k}, **checkpoint["state_dict"]}
 
     def trained_parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
