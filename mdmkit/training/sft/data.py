@@ -83,11 +83,9 @@ class Examples:
         return len(self.tokens)
 
     def subset(self, rows: slice) -> Examples:
-        kept = Examples(self.tokens[rows], self.answer_mask[rows], self.lengths[rows], self.left_out)
-        return kept.cut(int(kept.lengths.max()))
-
-    def cut(self, length: int) -> Examples:
-        return Examples(self.tokens[:, :length], self.answer_mask[:, :length], self.lengths, self.left_out)
+        """These rows, cut to the longest of them."""
+        width = int(self.lengths[rows].max())
+        return Examples(self.tokens[rows, :width], self.answer_mask[rows, :width], self.lengths[rows], self.left_out)
 
 
 def _token_id(tokenizer: Any, token: str) -> int:
