@@ -215,6 +215,25 @@ def test_peft_reads_the_saved_adapter(model_dirs, pairs_file, tmp_path: Path) ->
     assert not result.unexpected_keys
 
 
+def test_an_incomplete_or_foreign_adapter_is_refused(model_dirs, pairs_file, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from mdmkit.core.errors import CheckpointError
+
+    config = sft_config(model_dirs["llada"], "llada", lora_r=2)
+    network = add_lora(load_native(str(model_dirs["llada"]), "llada")[0], config.lora)
+    directory = save_adapter(network.state_dict(), config.lora, tmp_path / "adapter")
+    file = directory / "adapter_model.safetensors"
+    weights = load_file(file)
+    dropped = min(weights)
+    save_file({k: v for k, v in weights.items() if k != dropped}, file)
+    with pytest.raises(CheckpointError, match="no weights for .*which the adapter's config names"):
+        load_adapter(load_native(str(model_dirs["llada"]), "llada")[0], directory)
+    save_file({**weights, "base_model.model.blocks.9.attn.q.lora_A.weight": weights[dropped].clone()}, file)
+    with pytest.raises(CheckpointError, match="fits no module of this network"):
+        load_adapter(load_native(str(model_dirs["llada"]), "llada")[0], directory)
+
+
 # -- runs ----------------------------------------------------------------------------------------------------------
 
 def sft_overrides(model_dir: Path, pairs_file: Path, out: Path, *extra: str) -> list[str]:

@@ -107,6 +107,8 @@ def load_adapter(network: nn.Module, directory: str | Path) -> nn.Module:
     if missing:
         raise CheckpointError(f"{directory}: not a LoRA adapter (no {', '.join(missing)})")
     config = LoraConfig.from_pretrained(str(directory))
+    if config.use_rslora or config.use_dora or config.rank_pattern or config.alpha_pattern:
+        raise CheckpointError(f"{directory}: only plain LoRA adapters merge here (no rsLoRA, DoRA or per-module ranks)")
     loaded = {name.removeprefix(SAVED_PREFIX).replace(".lora_A.", f".lora_A.{ADAPTER}.")
               .replace(".lora_B.", f".lora_B.{ADAPTER}."): tensor for name, tensor in load_file(files[1]).items()}
     inject_adapter_in_model(config, network)
@@ -114,6 +116,9 @@ def load_adapter(network: nn.Module, directory: str | Path) -> nn.Module:
     unknown = sorted(set(loaded) - set(state))
     if unknown:
         raise CheckpointError(f"{directory}: adapter weight {unknown[0]!r} fits no module of this network")
+    absent = sorted(name for name in state if ".lora_" in name and name not in loaded)
+    if absent:
+        raise CheckpointError(f"{directory}: no weights for {absent[0]!r}, which the adapter's config names")
     state.update(loaded)
     plain = merged_weights(state, config.lora_alpha / config.r)
     _remove_lora(network)
