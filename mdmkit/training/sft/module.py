@@ -57,8 +57,8 @@ class SFTModule(L.LightningModule):
         if base != model_fingerprint(self.sft.model):
             raise CheckpointError(f"sft.model={self.sft.model} is not the base model this checkpoint's adapters were "
                                   "trained on (its config or weight files differ)")
-        own = self.state_dict()  # the base, as loaded from sft.model: the adapters come from the checkpoint
-        checkpoint["state_dict"] = {**{k: v for k, v in own.items() if ".lora_" not in k}, **checkpoint["state_dict"]}
+        # the base as loaded from sft.model, the adapters from the checkpoint
+        checkpoint["state_dict"] = {**self.state_dict(), **checkpoint["state_dict"]}
 
     def trained_parameters(self) -> int:
         return sum(p.numel() for p in self.network.parameters() if p.requires_grad)
