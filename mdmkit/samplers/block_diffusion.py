@@ -1,27 +1,10 @@
 """Block diffusion decoding (Fast-dLLM v2): finished blocks in an exact KV cache, sub-blocks filled by any rule.
 
-A block-causal network (`attention_block` in `mdmkit.models.llada_dream`) lets a token see its own block and every
-earlier one, blocks counted from each row's absolute position 0. A finished block therefore never changes: its keys
-and values are written once, by a forward over its clean tokens, into an exact cache, and every later step forwards
-only the current block against that cache. Inside the block, sub-blocks of `sub_block` positions are decoded left
-to right; each is filled by `rule`, any masked sampler (its ordering, choice and budget: threshold, Top-k, EB,
-factor, KLASS, Credit, ...), from the logits of forwards over the whole block.
-
-The forward that commits clean tokens (the prompt's whole blocks, then each finished block) also predicts the
-position after them, as the model's own decoder uses it: where that position is the next block's first and still
-masked, it is revealed from that forward (an autoregressive step). A canvas that ends inside a block decodes that
-last block short; one that ends at a block's end spends no forward after it.
-
-Rows are independent: each has its own blocks, cache length and steps; a row works on the block of its first
-masked position and leaves the loop when it has none left (or its stop sequence is settled). Every forward goes
-through the counter and is charged to the rows it ran on.
-
-`block_cache=true` is Fast-dLLM v2's sub-block cache, an approximation: a forward over the whole block keeps the
-block's keys and values; while the current sub-block's first position is already revealed, a step forwards only
-the sub-block, attending without a mask to the prefix and to the kept block, whose sub-block entries it replaces
-with fresh ones (the rest are as the last whole-block forward computed them). `prompt_block_unseen` reproduces a
-quirk of the reference `generate` (docs/samplers.md). `commit_reveals=false` leaves every position of a block to the
-rule (LLaDA2.0's generate, `sampler=llada2`): the committing forward only writes the cache.
+On a block-causal network (blocks counted from each row's absolute position 0) a finished block never changes: the
+forward that commits its clean tokens writes its keys and values once, and predicts the position after them (the
+next block's first, revealed there while `commit_reveals`). Inside a block, `rule` fills sub-blocks left to right
+from forwards over the whole block. Rows are independent (own blocks, cache length, steps). `block_cache` (an
+approximation) and `prompt_block_unseen` are explained in docs/samplers.md ("Block diffusion").
 """
 
 from __future__ import annotations
@@ -168,18 +151,16 @@ class _Decode:
         own |= torch.eye(columns.shape[1], dtype=torch.bool, device=columns.device)[None]
         logits = self.forward(rows, columns, valid, tokens, committed, own, write=valid)
         self.committed[rows] = start
-        if not self.sampler.commit_reveals:
-            self.steps[rows] += 1
-            return
-        predicted = logits[torch.arange(len(rows), device=rows.device), start - committed]
-        masked = self.x[rows, start] == self.canvas.mask_id
-        rule = self.sampler.rule
-        probs = predictive_distribution(without_mask(predicted[:, None], self.canvas.mask_id), rule.temperature,
-                                        rule.top_p)
-        token, _ = choose_tokens(probs, rule.temperature, self.canvas.generator)
-        revealed = rows[masked]
-        self.x[revealed, start[masked]] = token[masked, 0]
-        self.reveal_step[revealed, start[masked]] = self.steps[revealed]
+        if self.sampler.commit_reveals:
+            predicted = logits[torch.arange(len(rows), device=rows.device), start - committed]
+            masked = self.x[rows, start] == self.canvas.mask_id
+            rule = self.sampler.rule
+            probs = predictive_distribution(without_mask(predicted[:, None], self.canvas.mask_id), rule.temperature,
+                                            rule.top_p)
+            token, _ = choose_tokens(probs, rule.temperature, self.canvas.generator)
+            revealed = rows[masked]
+            self.x[revealed, start[masked]] = token[masked, 0]
+            self.reveal_step[revealed, start[masked]] = self.steps[revealed]
         self.steps[rows] += 1
 
     def fill_sub_blocks(self, rows: torch.Tensor, start: torch.Tensor) -> None:
@@ -283,11 +264,8 @@ class _SubBlockStop:
 
 @dataclass
 class BlockDiffusionSampler(Sampler):
-    """Block diffusion decoding for block-causal networks (Fast-dLLM v2): see the module.
-
-    `rule` fills each sub-block (any masked sampler without blocks of its own); its temperature and
-    top_p also choose the token each committing forward predicts.
-    """
+    """Block diffusion decoding (see the module). `rule`, any masked sampler without blocks of its own, fills each
+    sub-block; its temperature and top_p also choose the token each committing forward predicts."""
 
     block_size: int = 32
     sub_block: int = 8
