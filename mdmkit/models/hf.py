@@ -1,14 +1,8 @@
-"""Hugging Face models behind mdmkit's network interface.
+"""Hugging Face models behind mdmkit's network interface (`network(tokens, attn_mask) -> logits [B, L, V]`).
 
-mdmkit samplers call `network(tokens, attn_mask=...)` with a key-padding mask [B, 1, 1, L] (True = may attend)
-and expect logits [B, L, V]. These adapters translate that call for a pretrained BERT-style masked LM so every
-sampler runs unchanged on it, and wrap a causal LM (capability `kv_cache`) so it decodes through the same causal
-decoders (`sampler=ntp`, SBD) and forward counter as mdmkit's own causal models. LLaDA and Dream load into
-mdmkit's own network instead (`llada_dream`, `llm_checkpoints`): their hub code does not run under transformers
-5, and no remote code is executed to load them. Fast-dLLM v2 (`kind=fast_dllm_v2`) and the mixtures of experts
-LLaDA-MoE (`kind=llada_moe`) and LLaDA2.0 (`kind=llada2`) load the same way.
-
-`transformers` is an optional dependency (the `eval` extra): it is imported only when a model is loaded.
+A BERT-style masked LM is wrapped so every sampler runs on it, a causal LM so it decodes through the causal
+samplers (`ntp`, SBD); the native kinds (LLaDA, Dream, ...) load into mdmkit's own `DiffusionLM` without their
+remote code (docs/llm.md). `transformers` (the `eval` extra) is imported only when a model is loaded.
 """
 
 from __future__ import annotations
@@ -210,13 +204,23 @@ def _load_kwargs(name_or_path: str, dtype: str, local_files_only: bool | None) -
     return source, {"local_files_only": bool(local_files_only)}
 
 
-def _dtype_kwarg(dtype: str) -> dict:
+def _load_auto(auto_class: str, what: str, name_or_path: str, trust_remote_code: bool, dtype: str,
+               local_files_only: bool | None, with_tokenizer: bool = True) -> tuple[nn.Module, Any]:
+    """`transformers.<auto_class>` and its tokenizer (None without `with_tokenizer`), or one CheckpointError."""
     import transformers
     from packaging.version import Version
 
+    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     # transformers renamed `torch_dtype` to `dtype` in 4.56; older releases only know the former.
-    key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-    return {key: _DTYPES[dtype]}
+    dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    try:
+        tokenizer = (transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
+                     if with_tokenizer else None)
+        model = getattr(transformers, auto_class).from_pretrained(source, trust_remote_code=trust_remote_code,
+                                                                  **common, **{dtype_key: _DTYPES[dtype]})
+    except Exception as error:
+        raise CheckpointError(f"cannot load a {what} from {name_or_path}: {_first_line(error)}") from error
+    return model, tokenizer
 
 
 def load_masked_diffusion(
@@ -228,23 +232,15 @@ def load_masked_diffusion(
     device: str = "cpu",
     local_files_only: bool | None = None,
 ) -> tuple[HFMaskedDiffusion | DiffusionLM, Any]:
-    """Tokenizer and network of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or LLaDA / Dream /
-    Fast-dLLM v2 (mdmkit's own `DiffusionLM`, read from the checkpoint's config.json and safetensors; see
-    `load_native`)."""
+    """Network and tokenizer of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or a native kind
+    (`load_native`)."""
     if kind not in ("generic", *NATIVE_KINDS):
         raise CheckpointError(f"kind='{kind}' is not one of generic, {', '.join(NATIVE_KINDS)}")
     if kind != "generic":
         return load_native(name_or_path, kind, trust_remote_code=trust_remote_code, dtype=dtype, device=device,
                            local_files_only=local_files_only)
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
-        model = AutoModelForMaskedLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
-                                                     **_dtype_kwarg(dtype))
-    except Exception as error:
-        raise CheckpointError(f"cannot load a masked LM from {name_or_path}: {_first_line(error)}") from error
+    model, tokenizer = _load_auto("AutoModelForMaskedLM", "masked LM", name_or_path, trust_remote_code, dtype,
+                                  local_files_only)
     if tokenizer.mask_token_id is None:
         raise CheckpointError(f"the tokenizer of {name_or_path} has no mask token: a masked diffusion "
                               "model needs one")
@@ -260,17 +256,15 @@ def load_native(
     device: str = "cpu",
     local_files_only: bool | None = None,
 ) -> tuple[DiffusionLM, Any]:
-    """A LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE or LLaDA2.0 checkpoint (a directory, or a hub name fetched once) as
-    mdmkit's network, and its tokenizer.
+    """A native checkpoint (a directory, or a hub name fetched once) as mdmkit's `DiffusionLM`, and its tokenizer.
 
-    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares no mask token); Fast-dLLM v2's and
-    LLaDA2.0's configs have none: their tokenizer's mask token (`TOKENIZER_MASK`) is used. The tokenizer is
-    `native_tokenizer`'s. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
+    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares none), or for the kinds in
+    `TOKENIZER_MASK` the tokenizer's. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
     """
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
-    # first, a config of another kind or a missing tokenizer: before the weights (Fast-dLLM v2's mask id is
-    # checked once its tokenizer has named it)
+    # refuse a config of another kind or a missing tokenizer before reading the weights (a TOKENIZER_MASK kind's
+    # mask id is checked once its tokenizer has named it)
     read_config(directory, kind, mask_id=0 if kind in TOKENIZER_MASK else None)
     try:
         tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
@@ -283,23 +277,14 @@ def load_native(
     return network, tokenizer
 
 
-class _ForeignModelType(logging.Filter):
-    """transformers' "You are using a model of type llada to instantiate a model of type ..." on every tokenizer
-    load of a model it has no class for: mdmkit builds the network itself, so the line is noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "to instantiate a model of type" not in record.getMessage()
-
-
-def _quiet_foreign_model_type() -> None:
-    logger = logging.getLogger("transformers.configuration_utils")
-    if not any(isinstance(f, _ForeignModelType) for f in logger.filters):
-        logger.addFilter(_ForeignModelType())
+def _not_foreign_model_type(record: logging.LogRecord) -> bool:
+    """Drops transformers' "You are using a model of type llada to instantiate a model of type ...", logged on every
+    tokenizer load of a model it has no class for: mdmkit builds the network itself, so the line is noise."""
+    return "to instantiate a model of type" not in record.getMessage()
 
 
 def _tokenizer_mask_id(tokenizer: Any, kind: str) -> int | None:
-    """The mask id of Fast-dLLM v2 and LLaDA2.0, read from their tokenizer (None: the config's, for the other
-    kinds)."""
+    """The mask id of a `TOKENIZER_MASK` kind, read from its tokenizer (None for the other kinds)."""
     token = TOKENIZER_MASK.get(kind)
     if token is None:
         return None
@@ -311,18 +296,15 @@ def _tokenizer_mask_id(tokenizer: Any, kind: str) -> int | None:
 
 def native_tokenizer(directory: Path, kind: NativeKind, *, trust_remote_code: bool = False,
                      local_files_only: bool = True) -> Any:
-    """The tokenizer of a native kind's checkpoint directory (LLaDA, Dream, ...), through AutoTokenizer.
-
-    Dream's tokenizer_config names remote code (DreamTokenizer, a Qwen2 byte-level BPE): unless
-    `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer from the same files.
-    """
+    """The tokenizer of a native checkpoint directory, through AutoTokenizer. Dream's tokenizer_config names remote
+    code (a Qwen2 byte-level BPE): unless `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer."""
     from transformers import AutoTokenizer
 
     # transformers' Qwen2 tokenizer would build an empty vocabulary from a directory without its files
     if not (directory / "tokenizer.json").is_file() and not all((directory / f).is_file() for f in _BPE_FILES):
         raise CheckpointError(f"no tokenizer.json, nor {' and '.join(_BPE_FILES)} in {directory}")
     extra = {"tokenizer_type": "qwen2"} if kind == "dream" and not trust_remote_code else {}
-    _quiet_foreign_model_type()
+    logging.getLogger("transformers.configuration_utils").addFilter(_not_foreign_model_type)  # added once
     try:
         return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code,
                                              local_files_only=local_files_only, **extra)
@@ -356,15 +338,7 @@ def load_causal_lm(
     with_tokenizer: bool = True,
 ) -> tuple[HFCausalLM, Any]:
     """Wrapped AutoModelForCausalLM and its tokenizer (None without `with_tokenizer`, for models that read
-    task token ids directly). Pad id: the tokenizer's, else EOS, else 0."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    source, common = _load_kwargs(name_or_path, dtype, local_files_only)
-    try:
-        tokenizer = (AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **common)
-                     if with_tokenizer else None)
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **common,
-                                                     **_dtype_kwarg(dtype))
-    except Exception as error:
-        raise CheckpointError(f"cannot load a causal LM from {name_or_path}: {_first_line(error)}") from error
+    task token ids directly)."""
+    model, tokenizer = _load_auto("AutoModelForCausalLM", "causal LM", name_or_path, trust_remote_code, dtype,
+                                  local_files_only, with_tokenizer)
     return HFCausalLM(model.to(device).eval()), tokenizer
