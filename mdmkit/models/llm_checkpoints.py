@@ -1,12 +1,9 @@
-"""Hub checkpoints of LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE and LLaDA2.0 read into mdmkit's `DiffusionLM`, without
-their remote code (the mixtures of experts' readers and tensor layouts: `moe_checkpoints`).
+"""Hub checkpoints (config.json and safetensors) of LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE and LLaDA2.0 read into
+mdmkit's `DiffusionLM`, without their remote code (the mixtures of experts' parts: `moe_checkpoints`).
 
-A checkpoint directory holds `config.json` and `model.safetensors` (or `model.safetensors.index.json` and its
-shards). Each architecture contributes two small parts here: how its `config.json` maps to a
-`DiffusionLMConfig` (refusing, in one line, any setting the network does not implement, so a checkpoint never
-loads into different arithmetic), and how its tensor names map to the network's parameters. The network is
-built on the meta device and each tensor is cast to the requested dtype and moved to the target device as it is
-read, so an 8B model is never materialised twice.
+Each architecture maps its config.json to a `DiffusionLMConfig`, refusing in one line any setting the network does
+not implement (so a checkpoint never loads into different arithmetic), and its tensor names to parameters. The
+network is built on the meta device and filled one tensor at a time, so an 8B model is never materialised twice.
 """
 
 from __future__ import annotations
@@ -57,6 +54,14 @@ class _Fields:
             raise CheckpointError(f"{self.source}: {name}={value!r} is not supported by mdmkit's network "
                                   f"(only {supported!r})")
 
+    def plain_rope(self) -> None:
+        """Refuse a `rope_scaling` other than none or the default."""
+        scaling = self.raw.get("rope_scaling")
+        if not (scaling is None or isinstance(scaling, dict)
+                and scaling.get("rope_type", scaling.get("type")) == "default"):
+            raise CheckpointError(f"{self.source}: rope_scaling={scaling!r} is not supported by mdmkit's network "
+                                  "(only null)")
+
 
 def _llada_config(fields: _Fields) -> dict[str, Any]:
     # Absent fields take the defaults of LLaDA's ModelConfig, so a config that relies on them is read as LLaDA would.
@@ -98,11 +103,7 @@ def _llada_config(fields: _Fields) -> dict[str, Any]:
 def _qwen2_checks(fields: _Fields) -> None:
     fields.refuse("hidden_act", "silu", "silu")
     fields.refuse("use_sliding_window", False, False)
-    scaling = fields.raw.get("rope_scaling")
-    plain = scaling is None or isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"
-    if not plain:
-        raise CheckpointError(f"{fields.source}: rope_scaling={scaling!r} is not supported by mdmkit's network "
-                              "(only null)")
+    fields.plain_rope()
 
 
 def _qwen2_shape(fields: _Fields, mask_id: int) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def _qwen2_shape(fields: _Fields, mask_id: int) -> dict[str, Any]:
 
 
 def _dream_config(fields: _Fields) -> dict[str, Any]:
-    # Absent fields take DreamConfig's defaults.
+    """DreamConfig -> DiffusionLMConfig fields; absent fields take that class's defaults."""
     _qwen2_checks(fields)
     fields.refuse("use_mrope", False, False)
     return _qwen2_shape(fields, DREAM_MASK_ID)
@@ -280,9 +281,8 @@ def _place(state: dict[str, torch.Tensor], slots: list[Slot], tensor: torch.Tens
 
 def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = torch.float32,
                       device: str | torch.device = "cpu", mask_id: int | None = None) -> DiffusionLM:
-    """A LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE or LLaDA2.0 checkpoint directory (`kind` a key of ARCHITECTURES) as a
-    `DiffusionLM`
-    in eval mode; `mask_id` as `read_config`'s."""
+    """The checkpoint in `directory` (`kind` a key of ARCHITECTURES) as a `DiffusionLM` in eval mode; `mask_id` as
+    `read_config`'s."""
     from safetensors import SafetensorError, safe_open
 
     if kind not in ARCHITECTURES:

@@ -1,15 +1,11 @@
-"""The config.json and tensor names of the mixture-of-experts diffusion LLMs: LLaDA-MoE and LLaDA2.0.
+"""config.json readers and tensor names of the mixture-of-experts diffusion LLMs, LLaDA-MoE and LLaDA2.0 (the
+`llm_checkpoints` parts of these two).
 
-Each reader turns the hub config into `DiffusionLMConfig` fields and refuses, in one line, any value the native
-network does not compute. Fields the official code stores but never reads are read as that code runs: LLaDA-MoE
-always routes by softmax, never normalises or scales its top-k weights and has no group-limited routing, whatever
+Fields the official code stores but never reads are read as that code runs: LLaDA-MoE always routes by softmax,
+never normalises or scales its top-k weights and has no group-limited routing, whatever
 `moe_router_score_function`, `norm_topk_prob`, `routed_scaling_factor` and `router_num_group` say; LLaDA2.0 always
-routes by a float32 sigmoid, always has its expert bias and normalises whenever it picks more than one expert.
-A config that claims otherwise for one of those is refused (the official code would silently compute something
-else than it says).
-
-The tensor layouts map hub names to parameters, or to a `Slot`: one expert's matrix inside the stacked
-[experts, out, in] parameter, or LLaDA2.0's fused query_key_value rows split into q, k and v.
+routes by a float32 sigmoid, always has its expert bias and normalises whenever it picks more than one expert. A
+config that claims otherwise for one of those is refused (the official code would compute something else).
 """
 
 from __future__ import annotations
@@ -19,25 +15,17 @@ from typing import Any, NamedTuple
 from mdmkit.core.errors import CheckpointError
 
 LLADA_MOE_MASK_ID = 156895  # `<|mask|>` of the LLaDA-MoE / LLaDA2.0 tokenizer (the models' generate default)
-LLADA2_MASK_ID = 156895
+LLADA2_MASK_ID = LLADA_MOE_MASK_ID
 LLADA2_BLOCK = 32  # the block its generate decodes and its model card recommends
 
 
 class Slot(NamedTuple):
-    """Where a hub tensor goes: parameter `name`, at `index` of its first axis (an expert) and/or its rows
-    [start, stop) (a fused projection split); None: the whole parameter."""
+    """Where a hub tensor goes: parameter `name`, at `index` of its first axis (one expert of the stacked
+    [experts, out, in] parameter) and/or its rows [start, stop) (LLaDA2.0's fused q, k, v); None: the whole."""
 
     name: str
     index: int | None = None
     rows: tuple[int, int] | None = None
-
-
-def _plain_rope(fields: Any) -> None:
-    scaling = fields.raw.get("rope_scaling")
-    plain = scaling is None or isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"
-    if not plain:
-        raise CheckpointError(f"{fields.source}: rope_scaling={scaling!r} is not supported by mdmkit's network "
-                              "(only null)")
 
 
 def _rotary_dim(fields: Any, head_dim: int, default: float | None) -> int | None:
@@ -63,7 +51,7 @@ def llada_moe_config(fields: Any) -> dict[str, Any]:
     fields.refuse("hidden_act", "silu", "silu")
     fields.refuse("attention_bias", False, False)
     fields.refuse("clip_qkv", None, None)
-    _plain_rope(fields)
+    fields.plain_rope()
     _claims(fields, "moe_router_score_function", "softmax", None)
     n_heads, d_model = fields.get("num_attention_heads"), fields.get("hidden_size")
     n_layers = fields.get("num_hidden_layers")
@@ -104,7 +92,7 @@ def llada2_config(fields: Any) -> dict[str, Any]:
     fields.refuse("norm_head", False, False)
     fields.refuse("norm_softmax", False, False)
     fields.refuse("use_sliding_window", False, False)
-    _plain_rope(fields)
+    fields.plain_rope()
     _claims(fields, "score_function", "sigmoid", None)
     _claims(fields, "router_dtype", "fp32", None)
     _claims(fields, "moe_router_enable_expert_bias", True, None)
@@ -149,17 +137,15 @@ def llada2_config(fields: Any) -> dict[str, Any]:
     }
 
 
-def _experts(prefix: str, own: str, experts: int, hub: str = "experts.{e}.") -> dict[str, Slot]:
-    names = {}
-    for e in range(experts):
-        for projection, parameter in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
-            names[prefix + hub.format(e=e) + f"{projection}.weight"] = Slot(f"{own}.{parameter}", e)
-    return names
+_PROJECTIONS = ("gate", "up", "down")
+
+
+def _experts(prefix: str, own: str, experts: int) -> dict[str, Slot]:
+    return {f"{prefix}experts.{e}.{p}_proj.weight": Slot(f"{own}.{p}", e) for e in range(experts) for p in _PROJECTIONS}
 
 
 def _mlp(prefix: str, own: str) -> dict[str, str]:
-    return {f"{prefix}{hub}_proj.weight": f"{own}.{mine}.weight" for hub, mine in
-            (("gate", "gate"), ("up", "up"), ("down", "down"))}
+    return {f"{prefix}{p}_proj.weight": f"{own}.{p}.weight" for p in _PROJECTIONS}
 
 
 def llada_moe_names(config: Any) -> dict[str, str | Slot]:
