@@ -1,24 +1,10 @@
 """What a sampler may ask of a network: the `Denoiser` protocol and its optional capabilities.
 
-Every network maps a batch of partially masked sequences to logits; that is all most samplers need. Some
-samplers need more, and each such need is a named capability that a network class declares in its
-`capabilities` attribute:
-
-- `kv_cache`: incremental decoding. The network takes `positions`, a `KVCache` and `commit=n` (append the keys
-  and values of the first n tokens of this call) and reports its depth `n_layers`; `attn_mask` then spans the
-  cached entries followed by this call's tokens. Causal decoding (NTP, SBD) needs it, and approximate caches
-  for bidirectional models need nothing more: the prefix and dual caches (`mdmkit/samplers/kv_cache.py`) commit
-  the whole canvas once per block and hide, through `attn_mask`, the entries a query may not use.
-- `hidden_states`: the last hidden state of the same forward (`forward_with_hidden`) and the input embedding
-  `embed`, which NI sampling's indicator reads.
-- `causal_head`: the self-speculative hybrid's trunk pass (`noncausal`) and causal verification pass (`causal`,
-  costing `causal_share` of a forward).
-- `logits_at`: the forward takes `logits_at` (a column slice) and computes the output layer only there; a step
-  reads the logits of the positions it may reveal, and at a large vocabulary the output layer and its float32
-  copy are the largest tensors of the step.
-
-A sampler lists the capabilities it needs in `requires`; `require_capabilities` refuses a mismatch with one line
-before any forward pass, and the forward counter exposes exactly these operations, each charged.
+Every network maps partially masked sequences to logits, which is all most samplers need. Each further need is a
+named capability (the protocols below, and `logits_at`: the forward computes the output layer only on a column
+slice, since at a large vocabulary it and its float32 copy are a step's largest tensors). A network class declares
+its `capabilities`, a sampler lists its `requires`; `require_capabilities` refuses a mismatch in one line before
+any forward, and the forward counter exposes exactly these operations, each charged.
 """
 
 from __future__ import annotations
@@ -80,9 +66,8 @@ class KVCache:
 @dataclass
 class CacheWindow:
     """A `KVCache` as a forward over its positions [at, at + L) sees it: the forward's keys and values replace the
-    cached ones there, in place, and it attends to the whole cache with no mask (so attention runs on the fused
-    kernels). For the approximate caches of `samplers/kv_cache.py`, whose entries in the window are stale and
-    never read again before the next write (Fast-dLLM's dual cache writes its block the same way)."""
+    cached ones there, in place, and it attends to the whole cache with no mask (so on the fused kernels). For the
+    approximate caches, whose window entries are stale (Fast-dLLM's dual cache writes its block the same way)."""
 
     store: KVCache
     at: int
@@ -108,7 +93,9 @@ class Denoiser(Protocol):
 
 
 class CachedDenoiser(Denoiser, Protocol):
-    """Capability `kv_cache`."""
+    """Capability `kv_cache`: `attn_mask` spans the cached entries, then this call's tokens. Causal decoding (NTP,
+    SBD) needs it; the approximate prefix and dual caches (`samplers/kv_cache.py`) need nothing more: they commit
+    the whole canvas once per block and hide, through `attn_mask`, the entries a query may not use."""
 
     @property
     def n_layers(self) -> int: ...
@@ -118,7 +105,8 @@ class CachedDenoiser(Denoiser, Protocol):
 
 
 class HiddenStateDenoiser(Denoiser, Protocol):
-    """Capability `hidden_states`."""
+    """Capability `hidden_states`: the last hidden state of the same forward and the input embedding, which NI
+    sampling's indicator reads."""
 
     embed: torch.nn.Embedding
 
@@ -127,7 +115,8 @@ class HiddenStateDenoiser(Denoiser, Protocol):
 
 
 class SelfSpeculativeDenoiser(Denoiser, Protocol):
-    """Capability `causal_head`."""
+    """Capability `causal_head`: the self-speculative hybrid's trunk pass and its causal verification pass (costing
+    `causal_share` of a forward)."""
 
     causal_share: float
 
