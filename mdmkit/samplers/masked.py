@@ -1,12 +1,9 @@
 """The batched masked-sampling loop: ordering x budget x choice.
 
-Each step the network predicts every position; the sampler draws a token for each eligible masked position
-(choice), sorts them by an error proxy (ordering), and reveals a per-row number of the best ones (budget).
-Rows reveal different counts in the same batch; a finished row leaves the batch and stops costing NFE.
-Semi-autoregressive decoding restricts eligibility to the current block of `block_length` answer positions;
-with blocks, `cache=prefix|dual` runs the block's later steps against an approximate KV cache (kv_cache.py).
-A rule that looks across steps or adds reveals (KLASS, Credit, Prophet, NI's indicator) hooks into the loop through
-one `StepRule` made per `fill`: the sampler's own (`step_rule`), or a wrapper's (`fill_with`).
+Each step the sampler draws a token for each eligible masked position (choice), sorts them by an error proxy
+(ordering) and reveals a per-row number of the best (budget); a finished row leaves the batch. `block_length`
+restricts eligibility to semi-autoregressive blocks, which `cache=prefix|dual` decodes against an approximate KV
+cache (kv_cache.py). Rules across steps hook in through a `StepRule`: the sampler's own or a wrapper's (`fill_with`).
 """
 
 from __future__ import annotations
@@ -50,18 +47,14 @@ class _LazyRanked(Ranked):
 
 
 class StepRule:
-    """The state of a rule that reads every step's predictions, made at the start of `fill` and gone after it.
+    """The state, for one `fill`, of a rule that reads every step's predictions (KLASS, Credit, Prophet, NI).
 
-    KLASS (klass.py) remembers each position's last distribution, Credit (credit.py) its accumulated credits,
-    Prophet (prophet.py) stops early, NI (ni.py) adds what its indicator passes. Each hook sees the step's batch
-    rows `rows` [R]; memory is kept per batch row and position and updated only for `rows` (rows leave the batch
-    when finished). `span` is the columns the step computes (`candidates` [R, S]: the positions the budget may
-    reveal there). The defaults change nothing. A rule with `needs_hidden` reads the last hidden state of every
-    forward (the network's `hidden_states` capability, full forwards only: no KV cache); one that overrides
-    `commit` or `also` sets `reads_canvas` (they see every column's logits, which the step otherwise skips).
+    Each hook sees the step's batch rows `rows` [R] and keeps memory per batch row and position, updated only for
+    `rows`; `span` is the columns the step computes, `candidates` [R, S] the positions the budget may reveal there.
+    The defaults change nothing.
     """
 
-    needs_hidden = False
+    needs_hidden = False  # `also` reads the last hidden state (the `hidden_states` capability; no KV cache)
     reads_canvas = False  # `commit` or `also` read every column's logits (else the step computes its span's only)
 
     def __init__(self, answer: torch.Tensor) -> None:
@@ -141,12 +134,8 @@ def _from_fields(rule: type, sampler: Any) -> Any:
 
 @dataclass
 class MaskedSampler(Sampler):
-    """The shared loop; subclasses supply the budget rule. Fields are the ordering and choice knobs.
-
-    A subclass names its rule (a dataclass, see budget.py) in `budget_rule` and declares the rule's fields, same
-    names, with their defaults: `budget()` builds the rule from them and the rule checks their ranges, so each
-    sampler is a declaration. Or it overrides `budget()`.
-    """
+    """The shared loop; fields are the ordering and choice knobs. A subclass names its budget rule (a dataclass,
+    budget.py) in `budget_rule` and declares its fields under the same names, or overrides `budget()`."""
 
     budget_rule: ClassVar[type[Budget] | None] = None
     step_rule: ClassVar[type | None] = None  # a rule across steps: a dataclass whose `start(answer)` is a StepRule
@@ -205,9 +194,8 @@ class MaskedSampler(Sampler):
     def fill_with(self, network: ForwardCounter, canvas: Canvas, rule: StepRule | None) -> Sampled:
         """The shared loop with a wrapper's `rule` after this sampler's own (Prophet's early commit, NI's
         indicator)."""
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask = canvas.attention_mask
-        x = tokens.clone()
+        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
+        x = canvas.tokens.clone()
         batch, length = x.shape
         device = x.device
         answer = x == mask_id

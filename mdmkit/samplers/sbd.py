@@ -1,16 +1,9 @@
 """Decoding causal networks with an exact KV cache: next-token prediction and Set Block Decoding.
 
-Both fill the answer suffix of each row (the canvas is prompt + masks) and plug into the evaluation stage like
-any sampler. `NTPDecoder` is the baseline: one forward per token. `SBDSampler` (Gat et al. 2025, Alg. 2-3)
-decodes blocks of k masks: every forward runs the block with bidirectional attention inside it and causal
-attention to the cached past, and a budget rule from the sampler library (EB by default) reveals tokens until
-the block is full. The first forward of a block also processes the tokens committed since the last cache write
-(the prompt, then the previous block) and appends their keys and values, so the cache only ever holds clean
-tokens, exactly as a model that recomputed the whole prefix every time would see them (`use_cache=False` does
-that, for the tests).
-
-Rows are batched with different prompt lengths: cache entries of shorter rows are padding, hidden by a key
-mask, and every token carries its own position id.
+Both fill each row's answer suffix (the canvas is prompt + masks); docs/samplers.md ("Causal decoders") has the
+details. A block's first forward also appends the keys and values of the tokens committed since the last cache
+write, so the cache holds only clean tokens, exactly as a full recompute (`use_cache=False`, for the tests) sees
+them. Rows of different prompt lengths batch together: shorter rows' cache entries are padding behind a key mask.
 """
 
 from __future__ import annotations
@@ -116,10 +109,9 @@ class _CausalDecodeState:
         allowed |= torch.eye(n_new, dtype=torch.bool, device=device)[None]  # padding attends to itself
         cache = None
         if self.use_cache and self.cache is not None:
-            past = self.cache_valid[torch.searchsorted(self.cache_rows.to(device), rows)]
-            allowed = torch.cat([past[:, None, :].expand(-1, n_new, -1), allowed], 2)
-            cache = self.cache if torch.equal(rows.cpu(), self.cache_rows) else self.cache.select(
-                torch.searchsorted(self.cache_rows.to(device), rows))
+            index = torch.searchsorted(self.cache_rows.to(device), rows)
+            allowed = torch.cat([self.cache_valid[index][:, None, :].expand(-1, n_new, -1), allowed], 2)
+            cache = self.cache if torch.equal(rows.cpu(), self.cache_rows) else self.cache.select(index)
         if self.use_cache and commit:
             if self.cache is None:
                 self.cache, self.cache_rows = KVCache.empty(self.n_layers), rows.cpu()
@@ -149,9 +141,8 @@ class NTPDecoder(Sampler):
         require(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask, stop = canvas.attention_mask, canvas.stop
-        _refuse_padding(attention_mask)
+        tokens, mask_id, generator, stop = canvas.tokens, canvas.mask_id, canvas.generator, canvas.stop
+        _refuse_padding(canvas.attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
         while True:
             rows = _decoding_rows(state, stop, network)
@@ -225,9 +216,8 @@ class SBDSampler(Sampler):
         require(self.rule.block_length is None, "rule.block_length must be null: SBD blocks are block_size")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask, stop = canvas.attention_mask, canvas.stop
-        _refuse_padding(attention_mask)
+        tokens, mask_id, generator, stop = canvas.tokens, canvas.mask_id, canvas.generator, canvas.stop
+        _refuse_padding(canvas.attention_mask)
         state = _CausalDecodeState(network, tokens, mask_id, self.use_cache)
         offsets = torch.arange(self.block_size, device=tokens.device)
         while True:

@@ -1,42 +1,10 @@
 """SlowFast sampling: cycles of a slow, exploratory phase that finds a stable span and a fast phase that fills it.
 
-Wei, Zhang, Liu, Liu and Zhang, "Accelerating Diffusion Large Language Models with SlowFast Sampling: The Three
-Golden Principles" (arXiv 2506.10848); public code: github.com/LiangrunFlora/Slow-Fast-Sampling
-(`generate_slow_fast_sampling` in sampling_utils/generate_slow_fast_sampling.py, its LLaDA path). Three observed
-principles drive it: confident tokens are settled (certainty), a token's confidence stops moving after a few steps
-(convergence), and confident tokens gather in contiguous regions (position). Inside a block, a row runs cycles; a
-cycle starts at offset s (0 at the block's start) and every step is one forward:
-
-- slow phase, `explore_steps` steps: over the block's masked positions at offsets >= s, every one whose chosen
-  token has confidence >= `high_confidence` is revealed, at least the `slow_k` most confident. The same forward
-  predicts the span's end: one past the farthest masked offset >= s with confidence >= `min_confidence` (s + 1 when
-  there is none). Until the end is settled, each prediction joins a window of the last `window` ones; once the
-  window is full and its (population) variance is < `stable_variance` the end is settled at the latest prediction,
-  and after the last slow step without that, at the floor of the window's mean;
-- fast phase, until the span [s, end) holds no mask: over the span's masked positions only, every one with
-  confidence >= `high_confidence`, at least the `fast_k` most confident. The next cycle starts at s = end.
-
-Offsets count a block's answer positions in reading order (a contiguous answer: the code's positions; with givens
-between the blanks, no step is spent on a given). Every forward reveals at least one position, so NFE is at most the
-number of answer positions.
-
-Where the paper's text and its code part, the code is followed: the slow phase always takes its `explore_steps`
-steps, the end stops moving once settled (`explore_until_stable=true`: the paper's text, the fast phase starts as
-soon as the end is settled); the slow phase also reveals every position above `high_confidence`, where the paper
-names top-k only; thresholds are `>=` (the paper: `>`); the end is the last prediction when stable and the floor of
-the mean otherwise (the paper's eq. 9 takes the mean, its next sentence the last prediction); the code compares the
-window's standard deviation with its threshold, the same test at the default 1. A block whose masks are gone moves
-on at once, where the code spends the slow phase's remaining forwards on it (same tokens, fewer NFE). Confidence is
-the probability of the chosen token under the sampler's predictive distribution (softmax(logits / T) within
-`top_p`, the mask token ruled out); the code reads it from the untempered softmax, the same at T = 0.
-
-Defaults are the paper's (Section 4.2: tau_min 0.1, tau_high 0.85, K_max 8, W_hist 2, sigma^2 1.0; the code's
-function defaults are K 6, tau_min 0.3, tau_high 0.9). The paper leaves k_slow and k_fast open: the code's 1.
-
-`span_cache` is the paper's out-of-span caching as the code does it: the fast phase's forwards after its first one
-run the canvas only up to the span's last position (the rest, givens included, is neither computed nor seen); in a
-batch the forward is as wide as its widest row and narrower rows hide their tail through `attn_mask`. The code's
-optional dLLM-Cache integration is out of scope; `cache` must be `none`.
+Wei et al. 2025, arXiv 2506.10848; code: LiangrunFlora/Slow-Fast-Sampling (`generate_slow_fast_sampling`, its LLaDA
+path), which is followed where the paper's text differs. Inside a block a cycle starts at offset s: the slow phase
+reveals what is confident and predicts the span's end until a window of predictions is stable; the fast phase fills
+the span [s, end), and the next cycle starts at its end. Offsets count a block's answer positions in reading order;
+every forward reveals at least one. The rule, its defaults and departures: docs/samplers.md ("SlowFast sampling").
 """
 
 from __future__ import annotations
@@ -143,8 +111,7 @@ class SlowFastSampler(Sampler):
             in_span = self._next_phase(cycles, rows, entered, row_masked, offset)
 
             fast = cycles.fast[rows]
-            start = cycles.start[rows]
-            pool = row_masked & (offset >= start[:, None]) & torch.where(fast[:, None], in_span, True)
+            pool = row_masked & (offset >= cycles.start[rows, None]) & torch.where(fast[:, None], in_span, True)
             cut = fast & (cycles.fast_steps[rows] > 0) if self.span_cache else torch.zeros_like(fast)
             choice, confidence = self._forward(network, canvas, rows, state, row_masked & in_block, in_span, cut)
 
