@@ -1,16 +1,9 @@
-"""mdmkit's own network for pretrained diffusion LLMs (LLaDA, Dream, Fast-dLLM v2): one module, configured per model.
+"""mdmkit's own network for pretrained diffusion LLMs (LLaDA, Dream, Fast-dLLM v2, LLaDA-MoE, LLaDA2.0).
 
-All are Llama-style stacks: pre-RMSNorm blocks, rotary positions (rotate-half), grouped-query attention and a
-SwiGLU MLP. They differ only in a few settings, which `DiffusionLMConfig` names: q/k/v biases (Dream, Fast-dLLM
-v2), where the rotation is computed (LLaDA in float32, the Qwen2 models in the weights' dtype), where position ids
-start under left padding (Dream: at each row's first real token), the output layout (the logits at i-1 predict
-token i; `shift_logits` re-aligns them as the models' own samplers do), and the attention pattern: bidirectional
-(LLaDA, Dream) or block-causal (Fast-dLLM v2, `attention_block`: a token sees its own block and every earlier one,
-blocks counted from absolute position 0, so finished blocks can sit in an exact KV cache). The mixture-of-experts
-models (LLaDA-MoE, and LLaDA2.0, block-causal) add per-head QK-norm, a partial rotary and MoE MLPs (`moe.py`).
-Reading a hub checkpoint into this network is `mdmkit.models.llm_checkpoints`.
-
-The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works unchanged.
+All are Llama-style stacks (pre-RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU or MoE MLPs) that
+differ only in the settings `DiffusionLMConfig` names; each model's values are read from its hub checkpoint by
+`llm_checkpoints`. The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works
+unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mdmkit.core.config import Validated, require
 from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
-from mdmkit.models.moe import MoE, MoEConfig
+from mdmkit.models.moe import GatedMLP, MoE, MoEConfig
 
 
 @dataclass
@@ -125,7 +118,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fp32: bool) ->
 
 
 class Attention(nn.Module):
-    """Bidirectional grouped-query attention; the cache keeps rotated keys of the n_kv_heads, unrepeated."""
+    """Grouped-query attention; the cache keeps rotated keys of the n_kv_heads, unrepeated."""
 
     def __init__(self, config: DiffusionLMConfig) -> None:
         super().__init__()
@@ -157,17 +150,6 @@ class Attention(nn.Module):
         return self.o(y.transpose(1, 2).reshape(batch, length, config.d_model))
 
 
-class SwiGLU(nn.Module):
-    def __init__(self, config: DiffusionLMConfig) -> None:
-        super().__init__()
-        self.gate = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
-        self.up = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
-        self.down = nn.Linear(config.mlp_hidden, config.d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
 class Block(nn.Module):
     """x + attn(norm(x)), then x + mlp(norm(x)); the MLP of layer `index` is a mixture of experts where
     `config.moe` names it."""
@@ -178,7 +160,7 @@ class Block(nn.Module):
         self.attn = Attention(config)
         self.mlp_norm = RMSNorm(config.d_model, config.rms_eps)
         moe = config.moe is not None and index in config.moe.layers
-        self.mlp = MoE(config.d_model, config.moe) if moe else SwiGLU(config)
+        self.mlp = MoE(config.d_model, config.moe) if moe else GatedMLP(config.d_model, config.mlp_hidden)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
                 cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
@@ -195,7 +177,8 @@ def key_padding_keep(attn_mask: Any) -> torch.Tensor | None:
 
 def block_causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, block: int) -> torch.Tensor:
     """Bool [B, 1, Q, K] (True = may attend): a query sees the keys of its own block of `block` positions and of
-    every earlier block, blocks counted from absolute position 0 (positions [B or 1, Q] and [B or 1, K])."""
+    every earlier block, blocks counted from absolute position 0 so finished blocks can sit in an exact KV cache
+    (positions [B or 1, Q] and [B or 1, K])."""
     return ((query_positions // block)[:, None, :, None] >= (key_positions // block)[:, None, None, :])
 
 
@@ -237,10 +220,9 @@ class DiffusionLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
                 cache: KVCache | None = None, commit: int = 0, logits_at: slice | None = None) -> torch.Tensor:
-        """Logits of `tokens` (only of the columns `logits_at`, if given: the output layer and the float32 copy
-        are the largest tensors of a step); other arguments as `hidden`. With `shift_logits` the re-alignment is
-        within this call: its first token keeps its own output, so a caller that needs token i's prediction
-        queries token i - 1."""
+        """Logits of `tokens` (only of the columns `logits_at`, if given); other arguments as `hidden`. With
+        `shift_logits` the re-alignment is within this call: its first token keeps its own output, so a caller that
+        needs token i's prediction queries token i - 1."""
         hidden = self.hidden(tokens, attn_mask, positions, cache, commit)
         first = 0 if logits_at is None else logits_at.start
         if logits_at is not None:  # one column more on the left where the shift reads it

@@ -8,10 +8,8 @@ The two routers of the diffusion MoE LLMs are options of one module (`MoEConfig`
   the weights are the unbiased scores; with `groups`, experts are ranked inside the `top_groups` groups whose two
   best scores sum highest (group-limited routing); the weights are then normalised to sum 1 and scaled.
 
-For speed the experts' weights are stacked, one parameter per projection ([experts, out, in]), and tokens are
-grouped by expert: the (token, expert) pairs are sorted by expert id, so each expert's tokens are one contiguous
-slice; one grouped product per projection runs every expert on its slice (torch's `grouped_mm`; where it is missing,
-a loop over experts, never over tokens), and the outputs go back to their pairs to be weighted and summed.
+The experts' weights are stacked, one parameter per projection ([experts, out, in]), and run on tokens grouped by
+expert (`MoE.run_experts`).
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ class MoEConfig(Validated):
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)), no biases (the shared expert)."""
+    """down(silu(gate(x)) * up(x)), no biases: a dense layer's MLP and the shared expert."""
 
     def __init__(self, width: int, hidden: int) -> None:
         super().__init__()
@@ -155,7 +153,7 @@ class MoE(nn.Module):
     def run_experts(self, x: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
         """Each token's chosen experts applied to it [N, top_k, d_model]: the (token, expert) pairs sorted by
         expert, so each expert's tokens are one contiguous slice, then three grouped products (or, where torch has
-        no grouped product for these operands, one product per expert on its slice)."""
+        no grouped product for these operands, one product per expert on its slice, never a loop over tokens)."""
         pairs = chosen.reshape(-1)
         order = pairs.argsort(stable=True)
         counts = torch.bincount(pairs, minlength=self.config.experts)

@@ -28,11 +28,8 @@ from mdmkit.models.transformer import Block, MaskedTransformer, Rotary, Transfor
 
 @dataclass
 class SpeculativeConfig(TransformerShape):
-    """`n_noncausal` trunk blocks, then `n_causal` causal blocks, all of the shared `TransformerShape` (its
-    fields: `vocab_size` and `max_len` from the task, width, heads, MLP ratio, dropout, positions).
-
-    `freeze_noncausal` trains the causal blocks only (start from a trained MDM with `init_from=<mdm.pt>`).
-    """
+    """`n_noncausal` trunk blocks, then `n_causal` causal blocks, all of the shared `TransformerShape`.
+    `freeze_noncausal` trains the causal blocks only (start from a trained MDM with `init_from=<mdm.pt>`)."""
 
     layer_counts: ClassVar[tuple[str, ...]] = ("n_noncausal", "n_causal")
 
