@@ -1,13 +1,8 @@
 """Prompted text generation with NFE accounting, shared by `evaluate.py task=gsm8k|...` and the lm-eval model.
 
-Every model generates with a sampler through a `ForwardCounter`, which charges each forward to the rows it
-ran on. A masked model gets its prompts left-padded in a batch, followed by `gen_length` mask tokens that any
-masked sampler fills. A causal LM (`kind=causal`) gets each prompt left-aligned and followed by masks, which a
-causal decoder (`sampler=ntp`: next-token prediction with a KV cache, as for mdmkit's own causal models; or
-SBD) fills left to right, stopping after `gen_length` tokens. A sampler of the other kind is refused in one line
-before any forward. Both stop a row once its settled text reaches the end-of-text token or contains a stop phrase
-(generate_until during generation, not only truncation afterwards), score only the text before them, and report
-each row's forward passes to full length and to the stop point.
+A masked model's prompts are left-padded and followed by `gen_length` masks that any masked sampler fills; a
+causal LM's (`kind=causal`) are left-aligned and filled left to right by a causal decoder (`sampler=ntp`, SBD).
+A sampler of the other kind is refused in one line before any forward.
 """
 
 from __future__ import annotations
@@ -201,9 +196,9 @@ def generate(
     progress: bool = True,
     ranks: Ranks = SINGLE_PROCESS,
 ) -> Generations | None:
-    """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter (a
-    causal LM takes a causal decoder such as `NTPDecoder`). A row stops once its settled text reaches the
-    end-of-text token or a stop phrase; nothing after the end token is scored.
+    """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter. A row
+    stops being sampled once its settled text reaches the end-of-text token or a stop phrase; only the text before
+    them is scored, and each row's NFE is counted to full length and to that stop.
 
     Batch `i` draws from random stream `i` of `seed`; under data parallelism (`ranks`) each process runs its share
     of the batches and rank 0 returns every prompt's answer, the other ranks None."""

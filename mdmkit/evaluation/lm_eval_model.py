@@ -1,26 +1,14 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
-`model_args`: `ckpt` (a Hugging Face model directory or hub name), `kind` (generic | llada | dream | fast_dllm_v2 |
-llada_moe | llada2 | causal), `sampler` (any name under `conf/sampler/`; default `eb`, and `ntp` for `kind=causal`,
-which takes a causal decoder only), and every field of that sampler (`gamma`, `k`, `tau`, `ordering`, `block_length`,
-...); a nested sampler's fields dotted (block diffusion's `rule.tau=0.5`), or another option in its place
-(`rule=topk,rule.k=2`). Also `dtype`, `trust_remote_code`, `max_length`, `gen_length` (used when a request gives no
-`max_gen_toks`), `mc_samples` and `seed`, `nfe_file` (one JSON line per request with its NFE).
+`model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default `eb`, and `ntp` for
+`kind=causal`) and its fields (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`,
+`max_length`, `gen_length` (when a request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON
+line per request with its NFE). lm-eval 0.4 has no plugin hook for models: importing this module registers it.
 
-lm-eval 0.4 has no plugin hook for third-party models, so the model is registered when this module is imported:
-the `mdmkit-lm-eval` console script (lm-eval's own CLI, same arguments) imports it first; from Python, import
-this module before `lm_eval.simple_evaluate(model="mdmkit", ...)`.
-
-`generate_until` stops rows during sampling once their `until` strings appear in settled text; each answer carries
-its NFE into lm-eval's outputs (`lm_eval_nfe.py`). `loglikelihood` for masked models is a Monte-Carlo estimate of
-the ELBO (a lower bound on log p, see `masked_elbo`), for causal models the exact sum of token log-probabilities.
-`loglikelihood_rolling` is refused for masked models.
-
-Data parallel, through lm-eval's own mechanism: launched as N processes (`torchrun --nproc_per_node=N --no-python
-mdmkit-lm-eval ...`, which sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`), each process holds a replica on its own GPU
-(local rank; on a CPU, gloo), reports its `rank` and `world_size` to lm-eval, which gives it every N-th document,
-and answers lm-eval's collectives (`all_gather`, `gather_object`, `barrier`) with `torch.distributed`; rank 0
-gets every rank's metrics, logged samples and NFE records. No `accelerate` is needed.
+Data parallel through lm-eval's own mechanism, without `accelerate`: under `torchrun --no-python mdmkit-lm-eval`
+each process holds a replica on its local rank's GPU (on a CPU, gloo), lm-eval gives it every N-th document and
+its collectives (`all_gather`, `gather_object`, `barrier`) run on `torch.distributed`; rank 0 gets every rank's
+metrics, logged samples and NFE records.
 """
 
 from __future__ import annotations
@@ -252,7 +240,7 @@ class MdmkitLM(LM):
 
     # -- likelihoods ---------------------------------------------------------------------------
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """(log p estimate, is_greedy); masked models: Monte-Carlo ELBO, greedy flag always False."""
+        """(log p, is_greedy): exact for causal models; for masked ones a Monte-Carlo ELBO, never greedy."""
         tokenizer, network = self.model.tokenizer, self.model.network
         results = []
         for request in progress_bar(requests, disable=disable_tqdm or self.rank != 0, desc="loglikelihood"):
