@@ -1,15 +1,10 @@
 """P2 path planning: each step may reveal masked positions *and* re-mask revealed ones.
 
-Every step the denoiser proposes a clean token x0 for every position. All non-fixed positions are ranked by one
-score (the log-probability of their proposal; for positions already revealed, an external planner's if one is
-set) and the lowest-scoring ones are masked, so that floor(n * (1 - kappa(t))) of the n non-fixed positions stay
-masked. Newly revealed positions take x0; revealed positions that survive keep their current token.
-
-The stochasticity strength eta scales the (non-positive) scores of revealed positions: eta = 0 never re-masks
-(greedy ancestral decoding), eta = 1 ranks masked and revealed positions alike (RDM), eta > 1 re-masks more.
-Source: Peng et al., "Path Planning for Masked Diffusion Model Sampling", Algorithm 1 (exactly the kappa count
-is masked, ties broken deterministically). The paper's Appendix E listing differs on rounding, ties, tempered
-scores and the planner's input; docs/samplers.md ("Reference checks") lists how.
+Peng et al., "Path Planning for Masked Diffusion Model Sampling", Algorithm 1: every step the denoiser proposes x0
+for every position, all non-fixed positions are ranked by one score (log p of their proposal; for revealed ones, an
+external planner's if set, scaled by the stochasticity strength eta: 0 never re-masks, 1 is RDM) and exactly
+floor(n * (1 - kappa(t))) of the n non-fixed positions stay masked. Revealed positions that survive keep their token.
+The paper's Listing 1 differs; see p2_listing.py and docs/samplers.md ("Reference checks").
 """
 
 from __future__ import annotations
@@ -43,11 +38,8 @@ _FLOOR_SLACK = 1e-9
 def draw_proposal(
     logits: torch.Tensor, temperature: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x0 for every position and log p(x0) under the (tempered) softmax.
-
-    Temperature 0 is the argmax; otherwise a Gumbel-max draw whose noise comes from `generator` only,
-    so a seed fixes the whole run.
-    """
+    """x0 for every position and log p(x0) under the (tempered) softmax: the argmax at temperature 0, else a
+    Gumbel-max draw whose noise comes from `generator` only."""
     if temperature == 0.0:
         logp, tokens = logits.log_softmax(-1).max(-1)
         return tokens, logp
@@ -134,33 +126,25 @@ class P2Sampler(Sampler):
         return torch.where(fixed, state, x0)
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
-        """Fill every `mask_id` position of `tokens` [B, L] in exactly `steps` forwards per row.
-
-        Rows with nothing to fill are never forwarded. `stop` is refused: a revealed stop sequence can still
-        be re-masked, so there is no point after which a P2 row is settled.
-        """
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask, stop = canvas.attention_mask, canvas.stop
-        if stop is not None:
+        """Fill every masked position in exactly `steps` forwards per row (rows with nothing to fill: none)."""
+        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
+        if canvas.stop is not None:
             raise CapabilityError(f"{type(self).__name__} cannot run on a task with a stop condition (revealed "
                                   "tokens can be re-masked, so no position is ever settled): pick another sampler")
-        x = tokens.clone()
+        x = canvas.tokens.clone()
         fixed = x != mask_id
         reveal_step = torch.full_like(x, -1)
         steps = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         rows = (~fixed).any(1).nonzero().squeeze(1)
         if rows.numel() == 0:
             return Sampled(x, reveal_step, steps)
-        planner = self.planner
-        if self.planner_cost is not None:
-            share = self.planner_cost
-        else:
-            share = 0.0 if planner is None else network.share_of(planner)
+        share = self.planner_cost
+        if share is None:
+            share = 0.0 if self.planner is None else network.share_of(self.planner)
         run = _Run(
             counter=network, rows=rows, fixed=fixed[rows], free=(~fixed[rows]).sum(1), mask_id=mask_id,
             kwargs={} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]},
-            generator=generator, planner=planner,
-            planner_share=share,
+            generator=generator, planner=self.planner, planner_share=share,
         )
         state, revealed_at = x[rows], reveal_step[rows]
         for step in range(self.steps):
@@ -196,11 +180,8 @@ class P2Sampler(Sampler):
     def _planned(
         self, run: _Run, state: torch.Tensor, x0: torch.Tensor, logp: torch.Tensor, revealed: torch.Tensor, vocab: int
     ) -> torch.Tensor:
-        """`logp`, with the planner's log p(x0) at revealed positions.
-
-        The planner reads the proposal x0 with the given tokens restored, and runs (and is charged) only
-        for rows that have a revealed position to judge.
-        """
+        """`logp`, with the planner's log p(x0) at revealed positions; it runs (and is charged) only for rows that
+        have a revealed position to judge."""
         judged = revealed.any(1)
         if run.planner is None or not judged.any():
             return logp

@@ -1,16 +1,9 @@
 """Self-speculative sampling of a hybrid MDM ("Self-Speculative Masked Diffusions", Alg. 2; Alg. 3 in full).
 
-Each step is one pass of the non-causal trunk. It orders the masked positions (σ: random as in the paper, or
-by an error proxy of the draft), drafts every masked position from the trunk's factorised distribution and
-takes the first `window` of them in σ. Up to `inner_loops` times, the causal blocks then score the drafts
-(re-using the trunk's hidden states) and speculative sampling accepts them left to right with probability
-min(1, p_target / p_draft); the first rejected one is resampled from the normalised residual
-max(0, p_target - p_draft) and ends that inner loop. Each decided token is an exact draw from the causal
-target (Lemma C.1); the drafts after a rejection are kept, being independent of every decision so far.
-
-Cost (§5.1): the trunk pass with its first causal pass is 1 NFE; every further causal pass of a row is charged
-at the causal blocks' share of the layers (kind "causal"). `WindowSampler` is the same loop without
-verification, revealing whole windows from the draft: an MDM on the same windows (it runs on any MDM).
+Each step is one trunk pass, which orders the masked positions (σ), drafts them all and takes a window; up to
+`inner_loops` causal passes verify the window by speculative sampling, so each decided token is an exact draw from
+the causal target (Lemma C.1). Cost (§5.1): a trunk pass with its first causal pass is 1 NFE, each further causal
+pass is charged at the causal blocks' share (kind "causal"). docs/samplers.md ("Self-speculative sampling").
 """
 
 from __future__ import annotations
@@ -90,14 +83,10 @@ class _Pass:
 
 @dataclass
 class WindowSampler(Sampler):
-    """Each trunk pass reveals the first `window` masked positions of σ from the factorised draft: an MDM on
-    the windows of Appendix D, the baseline of speculative sampling at equal windows. The defaults are the
-    paper's (random order, temperature 1, cosine window).
-
-    `window_param`: the linear window's slope or the cosine window's time step. `ordering`: random, or the
-    draft's confidence / entropy / margin (model-guided: lowest error first). The ordering reads the draft
-    distribution, never the drafted tokens, so speculative verification stays exact for every ordering.
-    """
+    """Each trunk pass reveals the first `window` masked positions of σ from the draft: the baseline of speculative
+    sampling at equal windows, with the paper's defaults. `window_param` is the linear window's slope or the cosine
+    window's time step. The ordering reads the draft distribution, never the drafted tokens, so verification stays
+    exact for every ordering."""
 
     window: Literal["linear", "cosine"] = "cosine"
     window_param: float = 0.083  # cosine: ~1/12 of the time per trunk pass
@@ -120,11 +109,10 @@ class WindowSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L]; a step is one trunk pass."""
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask = canvas.attention_mask
+        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("window and speculative sampling take unpadded batches (no attention_mask)")
-        x = tokens.clone()
+        x = canvas.tokens.clone()
         answer = x == mask_id
         total = answer.sum(1)
         reveal_step = torch.full_like(x, -1)
