@@ -1,28 +1,11 @@
 """Dilated unmasking (DUS): a fixed, planner-free order that keeps each step's positions far apart.
 
-Luxembourg, Permuter and Nachmani, "Plan for Speed: Dilated Scheduling for Masked Diffusion Language Models"
-(arXiv 2506.19037); public code: github.com/omerlux/DUS (`generate_scheduled` with scheduler='dilated', which
-builds its groups with `dilated_unmask_levels` and `merge_last_level`).
-
-Revealing neighbours together is what costs parallel decoding its quality (adjacent tokens depend on each other
-most), so DUS decides, before any forward, which positions of a block share a step: with block size B and base a,
-step 1 reveals the offsets that are multiples of B // a (of B // a^k with base_skip = k), step 2 the new multiples
-of the stride divided by a again, and so on down to stride 1, which takes the rest; a last group smaller than the
-one before it joins that one. A block of 8 with a = 2 goes [0, 4], [2, 6], [1, 3, 5, 7]: log_a B steps per block
-instead of B where B is a power of a (about that elsewhere: 10 takes 3 steps, 5 takes 1). Each step is one
-forward; the scheduled positions take the chosen token (argmax at temperature 0), whatever its confidence.
-
-Offsets count a block's answer positions in reading order: on a contiguous answer (text generation) they are the
-positions of the paper's blocks; where givens sit between the blanks (Sudoku) the dilation spreads each step over
-the blank list, and no step is spent on a given. Blocks are `block_length` answer positions (semi-autoregressive,
-as every masked sampler in mdmkit; None: one block, about log_a n forwards for n blanks).
-
-`defer_below` is the optional skip rule (the paper's skip heuristic; in the code `remasking='low_confidence'`
-with `confidence_threshold`, 0 by default in its harness, 0.3 in its README's example): a scheduled position whose
-chosen token has probability below it is not revealed yet. The code reveals and then re-masks it, and no later
-group of the block holds it, so it would stay masked to the end; here it joins the next group instead, and the
-block's last step reveals every position left (the code never re-masks on the last step). NFE stays exactly the
-number of groups per block either way; a step may reveal nothing.
+Luxembourg, Permuter and Nachmani 2025, arXiv 2506.19037; code: omerlux/DUS (`generate_scheduled` with
+scheduler='dilated'). Neighbours depend on each other most, so before any forward each block's offsets are split
+into dilated groups (`dilated_groups`), one forward each, whose positions take the chosen token whatever its
+confidence. Offsets count a block's answer positions in reading order, so no step is spent on a given.
+`defer_below` is the optional skip rule: a position below it waits for the next group, and the block's last group
+reveals all that is left, so NFE is always the number of groups. docs/samplers.md ("WINO and dilated unmasking").
 """
 
 from __future__ import annotations
@@ -81,16 +64,6 @@ def _groups(size: int, base: int, base_skip: int) -> tuple[tuple[int, ...], ...]
     return tuple(tuple(group) for group in groups)
 
 
-def _group_table(size: int, base: int, base_skip: int) -> tuple[list[int], int]:
-    """Each offset's group index, and the number of groups."""
-    groups = _groups(size, base, base_skip)
-    index = [0] * size
-    for number, group in enumerate(groups):
-        for offset in group:
-            index[offset] = number
-    return index, len(groups)
-
-
 @dataclass
 class DUSSampler(Sampler):
     """Dilated unmasking: every block revealed in its dilated groups, one forward per group (see the module)."""
@@ -131,9 +104,10 @@ class DUSSampler(Sampler):
         index = torch.zeros(top + 1, top, dtype=torch.long)
         n_groups = torch.zeros(top + 1, dtype=torch.long)
         for each in sizes:
-            of_offset, number = _group_table(each, self.base, self.base_skip)
-            index[each, :each] = torch.tensor(of_offset)
-            n_groups[each] = number
+            groups = _groups(each, self.base, self.base_skip)
+            for number, group in enumerate(groups):
+                index[each, list(group)] = number
+            n_groups[each] = len(groups)
         index, n_groups = index.to(answer.device), n_groups.to(answer.device)
         block = torch.where(answer, block_index, NO_BLOCK)
         group = torch.where(answer, index[size, offset.clamp(max=top - 1)], -1)
@@ -142,9 +116,8 @@ class DUSSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill `canvas` (see `Sampler.sample`): each row's blocks in order, one forward per dilated group."""
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        attention_mask = canvas.attention_mask
-        x = tokens.clone()
+        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
+        x = canvas.tokens.clone()
         batch, length = x.shape
         device = x.device
         answer = x == mask_id

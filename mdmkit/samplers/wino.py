@@ -1,37 +1,11 @@
 """WINO (wide-in, narrow-out): draft loosely, verify strictly, re-mask what fails verification.
 
-Hong, Yu, Ye, Huang, Zheng, Zhang, Wang and Yao, "Wide-In, Narrow-Out: Revokable Decoding for Efficient and
-Effective DLLMs" (arXiv 2507.18578); public code: github.com/Feng-Hong/WINO-DLLM (`decoding_wino` in
-LLaDA/decoding.py). Decoding goes block by block; every step is one forward and, inside the current block:
-
-- wide-in: every masked position whose chosen token has probability > `tau_in` is drafted (revealed); at least
-  the most confident one, at most clamp(floor(draft_share * m), draft_floor, draft_cap) of them (the most
-  confident), m the block's masked count before the step;
-- narrow-out: every position of the block revealed before this step is verified on the same forward, and
-  re-masked where its token's probability is below `tau_out`, so a draft is judged on the next step, by a
-  context that now holds the other drafts. Verification only happens on a step that drafts more than one
-  position, and when as many positions fail as the previous step drafted, only the previous step's count minus
-  one of them (the lowest) are re-masked.
-
-Verification reads a shadow block: the forward runs the canvas followed by one mask token per position of the
-current block, at that position's position id; a shadow token attends to the whole canvas except the position it
-verifies, and to the shadow block, while the canvas never attends to the shadow, so the canvas's logits are those
-of a plain forward. The verified probability is the shadow's probability of the token now at the position. This
-needs a network that takes explicit `positions` and a full attention mask, which mdmkit networks declare with
-the `kv_cache` capability (`mdmkit.models.denoiser`); logits must be aligned with their positions (not Dream's
-shifted logits). The shadow's tokens are charged to the forward's token count; NFE is one per step.
-
-A block ends once it holds no mask (its last drafts are never verified). A step re-masks at most the previous
-step's draft count minus one, so after t steps a block holds at least t revealed positions: a block of n positions
-takes at most n steps (checked). With a stop condition, only finished blocks count as settled: a revealed stop
-token can still be re-masked inside its block.
-
-These details are the code's: the draft cap and its constants (0.7, 5, 20), strict `>` for drafting and `<` for
-re-masking, verification only after a multi-token draft and its bound, the shadow's attention to the whole shadow
-block, probabilities in float64. The code runs one row at a time; here rows run independently in a batch, ties going
-to the lower position. Confidences are read from the sampler's predictive distribution (softmax(logits / T) within
-`top_p`); the code reads them from the plain softmax at any temperature, the same at T = 0. Given tokens are never
-verified nor re-masked.
+Hong et al. 2025, arXiv 2507.18578; code: Feng-Hong/WINO-DLLM (`decoding_wino`), whose details are followed
+(docs/samplers.md, "WINO and dilated unmasking"). Block by block, one forward a step drafts the masked positions
+above `tau_in` and re-masks earlier-revealed positions of the block whose probability under a shadow block (one mask
+per block position after the canvas, which the canvas never attends to) is below `tau_out`. A step re-masks at most
+the previous step's draft count minus one, so a block of n positions takes at most n steps. With a stop condition
+only finished blocks are settled (a revealed stop token can still be re-masked). Rows are independent; ties go low.
 """
 
 from __future__ import annotations
@@ -99,9 +73,8 @@ class WinoSampler(Sampler):
                                       f"whole canvas with a shadow block every step): use cache=none")
 
     def draft_limit(self, masked: torch.Tensor) -> torch.Tensor:
-        """The most positions a step may draft, per row, from the block's masked count `masked` [R].
-
-        floor(draft_share * masked) is taken in float32, as the code computes `int(count * 0.7)` on a tensor."""
+        """The most positions a step may draft, per row, from the block's masked count `masked` [R] (the product in
+        float32, as the code's `int(count * 0.7)` on a tensor)."""
         limit = (masked.float() * self.draft_share).long().clamp(min=self.draft_floor)
         return limit if self.draft_cap is None else limit.clamp(max=self.draft_cap)
 
@@ -112,9 +85,8 @@ class WinoSampler(Sampler):
             raise CapabilityError(f"sampler {type(self).__name__} needs {', '.join(missing)} "
                                   f"({CAPABILITIES[missing[0]]}: explicit positions and a full attention mask for "
                                   f"its shadow block), which the network does not provide")
-        tokens, mask_id, generator = canvas.tokens, canvas.mask_id, canvas.generator
-        keep = canvas.attention_mask
-        x = tokens.clone()
+        mask_id, generator, keep = canvas.mask_id, canvas.generator, canvas.attention_mask
+        x = canvas.tokens.clone()
         batch, length = x.shape
         device = x.device
         answer = x == mask_id
@@ -177,7 +149,6 @@ class WinoSampler(Sampler):
                 open_block = in_block & (state == mask_id).logical_and(in_block).any(1, keepdim=True)
                 view[rows] = torch.where(open_block, mask_id, state)
                 settle_stopped(network, canvas, view, answer, rows, active, self.stop_early)
-
 
     def _forward(self, network: ForwardCounter, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
                  positions: torch.Tensor, keep: torch.Tensor | None, mask_id: int) -> _Shadow:
