@@ -53,8 +53,7 @@ def load_indicator(path: str | Path) -> TrainedIndicator:
     try:
         raw = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # noqa: BLE001 (a truncated or foreign file: one line, not a traceback)
-        message = f"{type(error).__name__}: {error}"
-        raise CheckpointError(f"{path}: not a readable checkpoint ({message})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(error).__name__}: {error})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an mdmkit indicator checkpoint")
     indicator = IndicatorConfig(**raw["indicator"]).build(raw["d_model"], raw["vocab_size"])

@@ -11,7 +11,6 @@ It also names rows, the same way in console lines, tables and plots (`sampler_fa
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib.metadata
 import json
@@ -170,7 +169,7 @@ ORACLE = "oracle"
 _IN_FAMILY = ("_target_", "name", "ordering", "score", "cache")
 
 
-@functools.lru_cache(maxsize=1)
+@cache
 def _masked_loop_defaults() -> dict[str, Any]:
     """The fields every masked-loop sampler shares, at the values that change nothing: left out of labels (a
     temperature of 0.7 is shown, one of 0.0 is not)."""
@@ -195,10 +194,9 @@ def sampler_family(sampler: Mapping[str, Any] | None, kind: str | None = None) -
         name = str(target).rsplit(".", 1)[-1].removesuffix("Sampler").removesuffix("Decoder").lower()
     else:
         name = str(sampler.get("name", "unknown")).lower()
-    if isinstance(sampler.get("rule"), Mapping):  # a decoder that delegates reveals to a sampler (SBD)
-        return f"{name}-{sampler_family(sampler['rule'])}"
-    if isinstance(sampler.get("base"), Mapping):  # a sampler on top of another one (NI)
-        return f"{name}-{sampler_family(sampler['base'])}"
+    for inner in ("rule", "base"):  # a decoder that delegates reveals to a sampler (SBD), a sampler on another (NI)
+        if isinstance(sampler.get(inner), Mapping):
+            return f"{name}-{sampler_family(sampler[inner])}"
     ordering = sampler.get("ordering", sampler.get("score"))
     family = f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
     cache = sampler.get("cache")
@@ -237,8 +235,8 @@ def settings_items(sampler: Mapping[str, Any] | None, prefix: str = "") -> list[
     if sampler.get("name") == ORACLE:
         return settings_items(sampler.get("reference") or {}, prefix)
     items: list[tuple[str, Any]] = []
+    shared = _masked_loop_defaults()
     for key, value in sampler.items():
-        shared = _masked_loop_defaults()
         if key in _IN_FAMILY or value is None or (key in shared and value == shared[key]):
             continue
         if isinstance(value, Mapping):
