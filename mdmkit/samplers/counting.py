@@ -1,10 +1,8 @@
 """Honest cost accounting: NFE is counted from real forward passes, per sample.
 
-A full forward of the main network costs 1 for every row it ran on, whatever its width; the tokens each row ran
-(`tokens`: the width of every call it took part in, padding included) are kept beside, since a cached forward
-runs fewer of them (kv_cache.py). Cheaper passes (a planner, an indicator
-MLP, a partial stack of layers) are charged at their share of a full forward, kept per kind so they can be
-reported both inside the total cost and on their own.
+A forward of the main network costs 1 for every row it ran on, whatever its width (`tokens` keeps the widths,
+padding included: a cached forward runs fewer). Cheaper passes (a planner, an indicator MLP, a partial stack of
+layers) are charged at their share of a full forward, per kind, so they can be reported inside the total or alone.
 """
 
 from __future__ import annotations
@@ -30,13 +28,9 @@ def _parameters(module: Any) -> int:
 
 
 class ForwardCounter:
-    """Wraps a network so each forward pass is charged to exactly the batch rows it ran on.
-
-    The evaluation harness owns the counter and hands it to the sampler, so a sampler cannot
-    under-report: a row that has finished and is no longer passed in stops counting. It is all a sampler
-    sees of the network: the `Denoiser` call, and the operations of the capabilities the network declares
-    (`mdmkit.models.denoiser`), each charged.
-    """
+    """Wraps a network so each forward pass is charged to exactly the batch rows it ran on. It is all a sampler sees
+    of the network (the `Denoiser` call and, each charged, the operations of the capabilities it declares), and the
+    evaluation harness owns it, so a sampler cannot under-report."""
 
     def __init__(self, network: Denoiser, batch_size: int, on_forward: Callable[[], None] | None = None) -> None:
         self._network = network
@@ -145,7 +139,4 @@ class ForwardCounter:
     @property
     def cost(self) -> torch.Tensor:
         """Per-row total cost in full-forward units: NFE plus every fractional pass."""
-        total = self.nfe.to(torch.float64)
-        for cost in self.extra.values():
-            total = total + cost
-        return total
+        return sum(self.extra.values(), start=self.nfe.to(torch.float64))

@@ -1,36 +1,13 @@
 """Approximate KV caches for masked diffusion in semi-autoregressive blocks (Fast-dLLM's prefix and dual caches).
 
-A bidirectional denoiser has no exact cache: every position attends to every other one, so a revealed token
-changes the keys and values of all positions. Fast-dLLM (Wu et al. 2025) caches them anyway, block by block:
-
-- `prefix`: at the first step of a block, one full forward computes every position and its keys and values are
-  cached; the block's later steps run the block and everything right of it as queries, attending to the cached
-  entries left of the block and to themselves.
-- `dual`: the same full forward; the block's later steps run only the block's own positions as queries, attending
-  to the cached entries left and right of the block (the block's own, stale ones hidden) and to themselves.
-
-What is exact: the refreshing forward is the plain forward (same logits), and a query pass on the state the
-cache was written from gives the plain forward's logits at its positions. What is approximate: between two
-refreshes the cached keys and values go stale as tokens of the block are revealed (the prefix's too, since it
-attended to the block). `cache_refresh=n` also refreshes every n steps inside a block (1: every step, which
-is the plain loop at no saving).
-
-Rows of a batch reveal different counts per step, so they reach block boundaries at different steps: each step
-the rows that enter a new block (or are due) run one full forward that rewrites their rows of the cache, the
-others one query forward on their cached rows; every row takes part in exactly one forward a step (NFE is
-unchanged) and the counter records how many tokens each forward ran. A row that leaves the loop leaves the
-cache. The cache holds keys and values of all L positions per row; which of them a query may see is decided by
-`attn_mask` (per row: left of its block for `prefix`, outside it for `dual`, never left padding), so rows at
-different blocks share one cache. Query widths differ per row; shorter rows are padded with query-only slots
-that no other token sees. A query window is the block (prefix: the block and what follows it), as in
-Fast-dLLM's `generate_with_prefix_cache` / `generate_with_dual_cache`; for a network whose logits at i are read
-from its output at i - 1 (Dream, `shift_logits`) it starts one position left of the block (where there is one), so
-the block's first position is predicted from a fresh output, as the full forward does.
-Where every row queries the same window and nothing is padded (one prompt length, the usual batch), the query
-instead writes its window's keys and values into the cache in place and attends to the whole cache with no mask
-(`CacheWindow`): the same attention in positional order, on the fused kernels, with no mask built.
-Positions count from each row's first real token (as the Hugging Face adapters and Dream do), so a left-padded
-row computes what it would alone (for rotary networks such as LLaDA this only shifts every position equally).
+At a block's first step (and every `cache_refresh` steps) a row runs the plain forward, which writes its keys and
+values at all L positions; its other steps run only a query window (`prefix`: the block and what follows it; `dual`:
+the block) against cached entries that go stale meanwhile (docs/samplers.md, "KV caches for masked diffusion").
+Rows reach blocks at different steps, so each step refreshes some rows and queries the others, one forward each;
+`attn_mask` decides per row which cached entries a query sees (left of its block, or outside it; never left
+padding), and shorter windows are padded with query-only slots that no token sees. A network whose logits at i come
+from its output at i - 1 (Dream) starts its window one position early. Where every row queries one unpadded window,
+it writes its entries in place and attends to the whole cache without a mask (`CacheWindow`, the fused kernels).
 """
 
 from __future__ import annotations
@@ -44,6 +21,8 @@ from mdmkit.models.denoiser import CacheWindow, KVCache, positions_from
 from mdmkit.samplers.counting import ForwardCounter
 
 CacheMode = Literal["none", "prefix", "dual"]
+
+
 def block_spans(in_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of `in_block` [R, L] (the positions of the row's current block): the first position and one past
     the last one."""
