@@ -1,12 +1,9 @@
 """Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, label.
 
-Works on the JSONL rows that `evaluate.py` appends (see `mdmkit.io.results`). A point is one
-evaluation: (`nfe_mean`, `accuracy`) and the row as payload. Rows of kind "oracle" are the oracle NFE floor of a
-reference run: they are kept under the family "oracle", drawn as a reference curve, and never enter the overall
-front of real samplers. A front is sorted by NFE, with strictly increasing accuracy.
-
-Figures are drawn by `mdmkit.analysis.pareto_plot`, tables written by `mdmkit.analysis.pareto_tables`; this
-module imports neither matplotlib nor torch, so reading results stays cheap.
+A point is one row of `evaluate.py`'s JSONL (`mdmkit.io.results`): (`nfe_mean`, `accuracy`) and the row as payload.
+Rows of kind "oracle" (a reference run's NFE floor) form the family "oracle", a reference curve that never enters
+the overall front of real samplers. A front is sorted by NFE, with strictly increasing accuracy. Figures and tables
+are `pareto_plot` and `pareto_tables`: this module imports neither matplotlib nor torch, so reading results is cheap.
 """
 
 from __future__ import annotations
@@ -262,9 +259,7 @@ def speedup(front: Sequence[PointLike], baseline_front: Sequence[PointLike], acc
 def lowest_nfe_keeping(front: Sequence[PointLike], reference_accuracy: float, keep: float = 0.98) -> Point | None:
     """The measured point of lowest NFE with accuracy >= keep * reference_accuracy (a real run, not an
     interpolation, so it names a configuration one can use); None if there is none."""
-    target = keep * reference_accuracy
-    eligible = [p for p in pareto_front(front) if p.accuracy >= target]
-    return eligible[0] if eligible else None
+    return next((p for p in pareto_front(front) if p.accuracy >= keep * reference_accuracy), None)
 
 
 def lowest_nfe_keeping_by_family(rows: Iterable[Mapping[str, Any]], reference_accuracy: float,
@@ -277,9 +272,7 @@ def lowest_nfe_keeping_by_family(rows: Iterable[Mapping[str, Any]], reference_ac
 def reference_accuracy_of(rows: Iterable[Mapping[str, Any]], family: str | None = None) -> float | None:
     """Default reference accuracy: the best accuracy of `family` (e.g. the full-step top-k baseline), or of all
     real sampler runs when `family` is None; None without such rows."""
-    rows = list(rows)
-    chosen = [r for r in rows if derive_family(r) == family] if family else \
-        [r for r in rows if derive_family(r) != ORACLE]
+    chosen = (r for r in rows if (derive_family(r) == family if family else derive_family(r) != ORACLE))
     accuracies = [p.accuracy for p in points(chosen)]
     return max(accuracies) if accuracies else None
 

@@ -1,8 +1,5 @@
-"""Accuracy-vs-NFE figures of Pareto fronts (`mdmkit.analysis.pareto` computes them, this module draws them).
-
-Kept apart from the front arithmetic so that reading and comparing results never imports matplotlib. A figure is
-meant to go into a draft as it is (`plot_fronts` lists what it shows).
-"""
+"""Accuracy-vs-NFE figures of the Pareto fronts `mdmkit.analysis.pareto` computes, each meant to go into a draft as
+it is (`plot_fronts` lists what it shows)."""
 
 from __future__ import annotations
 
