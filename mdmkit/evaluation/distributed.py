@@ -87,11 +87,11 @@ def leave_process_group() -> None:
 
 def first_host(nodelist: str) -> str:
     """The first host of a SLURM node list (`gpu[07-08,11],cpu3` -> `gpu07`): the rendezvous address."""
-    first = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
-    if "[" not in first:
-        return first
-    prefix, numbers = first.split("[", 1)
-    return prefix + numbers.rstrip("]").split(",")[0].split("-")[0]
+    head = nodelist.split(",")[0]
+    if "[" not in head:
+        return head
+    prefix, numbers = nodelist[: nodelist.index("]")].split("[", 1)
+    return prefix + numbers.split(",")[0].split("-")[0]
 
 
 def _launcher_env() -> dict[str, str]:

@@ -43,13 +43,13 @@ class HFModelConfig(Validated):
                 f"adapter={self.adapter}: no such directory")
 
 
-
 def parameter_counts(network: torch.nn.Module) -> dict[str, int]:
     """The network's parameters in all, and those one token's forward uses (`active_per_token`: a mixture of
     experts runs only its chosen experts; the total for any other network), for compute estimates."""
     total = sum(p.numel() for p in network.parameters())
     active = network.active_parameters() if hasattr(network, "active_parameters") else total
     return {"total": int(total), "active_per_token": int(active)}
+
 
 def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> TextModel:
     options = {"trust_remote_code": config.trust_remote_code, "dtype": config.dtype, "device": device}
