@@ -1,24 +1,11 @@
 """KLASS (KL-Adaptive Stability Sampling): reveal what is confident and has stopped moving.
 
-Kim, Hong, Jung, Park and Yun, "KLASS: KL-Guided Fast Inference in Masked Diffusion Models" (NeurIPS 2025, arXiv
-2511.05664); public code: github.com/shkim0116/KLASS (`stable_confident_decode` in src/model/llada_klass.py, the
-`alg == 'klass'` branch of src/model/dream_klass.py). Every step, for each masked position of the current block:
-
-- its KL divergence from the previous step, KL(p_t || p_{t-1}) = sum_v p_t(v) (log(p_t(v) + eps) - log(p_{t-1}(v)
-  + eps)), eps = 1e-12, in float64 as the code computes it;
-- it is stable once its last `history_length` KLs are all < `kl_threshold` (so its first KL-stable step is its
-  (history_length + 1)-th prediction: the first has nothing to compare with);
-- it qualifies if stable and its chosen token's probability is > `conf_threshold`.
-
-Every qualifying position is revealed (the code's default `unmask_strategy='all'`). When none qualifies the budget
-decides, as the code falls back: `steps=None` reveals the single most confident position (the Dream code, and the
-LLaDA code whenever steps = generation length, its scripts' setting); an integer spreads the block over that many
-steps with LLaDA's schedule (`steps.StepSchedule`), as `get_num_transfer_tokens` in the LLaDA code.
-
-A position's history starts when its block starts: the loop computes distributions for the current block only (and
-a KV cache computes nothing else), where the code tracks every position from the first step. In the first block
-both agree; in a later block the code can reveal by stability from the block's second step (with history_length 2),
-here from its third. The previous distributions are memory, not NFE: one float32 [B, answer columns, V] tensor.
+Kim et al., "KLASS: KL-Guided Fast Inference in Masked Diffusion Models" (NeurIPS 2025, arXiv 2511.05664); code:
+shkim0116/KLASS (`stable_confident_decode`). A masked position of the block qualifies once its last `history_length`
+KLs from the previous step's distribution are < `kl_threshold` and its chosen token's probability is >
+`conf_threshold`; every qualifying one is revealed, else the fallback budget (`steps`) decides. A position's history
+starts with its block (the code tracks it from the first step). Details: docs/samplers.md ("KLASS, Credit decoding
+and Prophet"). The previous distributions are memory, not NFE: one float32 [B, answer columns, V] tensor.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """NI sampling (Neural-Indicator sampling, ICLR 2026): a learned indicator decides what else to reveal now.
 
-After each network forward, a small position-level indicator scores every masked position; every eligible
-position whose score is >= epsilon is revealed together with what the base sampler's budget rule reveals (so
-at least one per step). The indicator is trained (mdmkit.training.indicator) to recognise positions whose reveal now
-keeps the base sampler's trajectory, so a good indicator approaches the oracle floor. Any `MaskedSampler` is a
-base: its ordering, choice, blocks and budget rule are unchanged. epsilon is the speed / accuracy knob: 1 is
-the base sampler alone (no finite score reaches 1, so the indicator is not even run), 0 reveals every eligible
-position at once. Indicator passes are charged to the forward counter (kind "indicator") at their share of a
-base forward.
+After each forward, a position-level indicator (trained by mdmkit.training.indicator to recognise positions whose
+reveal now keeps the base sampler's trajectory) scores every masked position; every eligible one scoring >= epsilon
+is revealed with what the base `MaskedSampler` reveals. epsilon = 1 is the base sampler alone (the indicator never
+runs), 0 reveals every eligible position at once. Indicator passes are charged (kind "indicator").
 """
 
 from __future__ import annotations
@@ -42,13 +38,9 @@ def log_odds_threshold(epsilon: float) -> float:
 
 @dataclass
 class NISampler(Sampler):
-    """`base` plus every masked position the indicator scores >= `epsilon`.
-
-    `indicator` is a loaded scorer (evaluation loads `sampler.indicator=<indicator.pt>`, checked against the
-    base network, into an `IndicatorScorer`; any `Scorer` works). Its passes cost `indicator_cost` base
-    forwards each (default: the indicator's parameter share of the base network; 1 for a scorer of unknown
-    size).
-    """
+    """`base` plus every masked position the indicator scores >= `epsilon`. `indicator` is a loaded `Scorer`
+    (evaluation loads an `IndicatorScorer`); its passes cost `indicator_cost` base forwards each (default: its
+    parameter share of the base network; 1 for a scorer of unknown size)."""
 
     base: MaskedSampler = field(default_factory=TopKSampler)
     indicator: Any = None

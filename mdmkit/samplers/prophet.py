@@ -1,27 +1,10 @@
 """Prophet: early answer commit, a stopping rule on top of any masked-loop sampler.
 
-Li, Zhou, Muhtar, Yin, Yan, Shen, Liang, Vosoughi and Liu, "Diffusion Language Models Know the Answer Before
-Decoding" (arXiv 2508.19982); public code: github.com/pixeli99/Prophet (`generate` and `should_early_exit` in
-generate_earlyexit.py). The base sampler decodes as usual; after each forward, before the step reveals anything, the
-row's confidence gap is read:
-
-- per position, the gap between the two highest logits, g = L(1) - L(2), of the raw (untempered) logits, the mask
-  token excluded;
-- averaged over the row's still-masked answer positions (the ones an early commit would fill);
-- compared with a threshold that falls as decoding progresses: `gap_early` while the share of the row's answer
-  positions already revealed is < `early_until`, `gap_mid` while < `mid_until`, `gap_late` after.
-
-If the mean gap is >= the threshold the row goes all-in: every masked position, in every block, takes this step's
-choice (argmax at T = 0) and the row is done. The commit step is one forward like any other; NFE counts it.
-
-Choices the paper and code leave to this port: the code averages over a fixed window of 5 answer positions that its
-prompt template places after a forced "The answer is" (revealed or not); mdmkit has no designated answer span, so the
-average is over the positions still masked. The code's progress is the step count over the step budget (step t of
-T: t / T), which only a step schedule has; here it is the share of the answer already revealed, which every budget
-has and which under LLaDA's schedule is (t - 1) / T, one step behind. The phase bounds 0.33 / 0.67 are the code's.
-The thresholds 8.0 / 5.0 / 3.0 are the ones the paper reports for its runs (as a summary of it gives them: its text
-could not be read here); the code's defaults are 7.5 / 5.0 / 2.5.
-Logits outside the current block must be real, so the base sampler's `cache` must be `none`.
+Li et al. 2025, "Diffusion Language Models Know the Answer Before Decoding" (arXiv 2508.19982); code: pixeli99/Prophet
+(`should_early_exit`). After each forward, before the step reveals anything, a row whose mean top-2 logit gap over
+its still-masked positions reaches a threshold falling with progress (the share of its answer revealed) commits:
+every masked position, in every block, takes this step's choice. The commit's forward counts in NFE. Where this port
+departs from the paper and code, and why: docs/samplers.md ("KLASS, Credit decoding and Prophet").
 """
 
 from __future__ import annotations
