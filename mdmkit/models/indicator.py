@@ -7,8 +7,8 @@ already carries the sequence context) from three features of the base network's 
 - the last hidden state, the input of the output head;
 - the top-K2 predicted probabilities (the confidence that threshold rules look at).
 
-Each feature goes through its own linear layer, the results are concatenated, mixed, passed through residual
-MLP blocks and a two-class head. The positive-class log-odds is the score the NI sampler thresholds.
+Each feature has its own input layer, then residual MLP blocks and a two-class head; the positive-class log-odds is
+the score the NI sampler thresholds.
 """
 
 from __future__ import annotations
