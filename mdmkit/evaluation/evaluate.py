@@ -147,15 +147,14 @@ def _puzzle_setup(cfg: DictConfig, task: PuzzleTask | None, ranks: Ranks,
     return task.name, rows, measure
 
 
-def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks) -> tuple[str, _Rows, Measure]:
+def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks, jobs: list[SweepJob]) -> tuple[str, _Rows, Measure]:
     """A Hugging Face model (`ckpt` = directory or hub name, `hf.kind`) on GSM8K / HumanEval / MBPP."""
     hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
     require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
     task.limit = cfg.limit
     # hf.kind=causal takes sampler=ntp (or sbd), a masked model a masked sampler: checked before loading
-    configs = [job.sampler for job in expand(cfg.sweep)] if cfg.get("sweep") else [to_container(cfg.sampler)]
-    for config in configs:
-        check_decoder(hf.kind == "causal", build_sampler(config))
+    for job in jobs:
+        check_decoder(hf.kind == "causal", build_sampler(job.sampler))
     task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
     data = {"task": task.fingerprint()}  # loads the documents: a malformed file stops before the model loads
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))
@@ -228,7 +227,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
     _check_checkpoint_kind(str(cfg.ckpt), task)
     ranks = init_ranks(cfg.device)  # torchrun / SLURM tasks: this process's share of every split
     if isinstance(task, TextTask):
-        task_name, rows, measure = _text_setup(cfg, task, ranks)
+        task_name, rows, measure = _text_setup(cfg, task, ranks, jobs)
     else:
         task_name, rows, measure = _puzzle_setup(cfg, task, ranks, task_fields)
     finished = {r["key"]: r for r in read_records(cfg.results_file) if "key" in r} if cfg.resume and ranks.main else {}
