@@ -1,22 +1,11 @@
 """Credit decoding: threshold decoding on logits boosted by each token's accumulated credit.
 
-Wang, Jiang, Feng, Zhao, Liu, Li, Lan and Lin, "CreditDecoding: Accelerating Parallel Decoding in Diffusion Large
-Language Models with Trace Credits" (arXiv 2510.06133); public code: the `CreditThresholdParallelDecoder` of
-inclusionAI/dInfer (python/dinfer/decoding/parallel_strategy.py), by the paper's group (Ant Group). A masked position
-keeps a credit C(v) for every token v, from the step its block starts:
-
-- each step every credit decays, C <- decay * C, then the step's top-1 token v* (of the untempered softmax of the
-  logits, the mask token excluded) gains p(v*) ** boost: C(v*) <- C(v*) + p(v*) ** boost;
-- the step's logits become logits + fusion_weight * log(1 + C), and the step chooses and scores from them: the
-  token is chosen from the fused distribution (its argmax at T = 0), so credit can change the token, not only when
-  it is revealed;
-- the budget is Fast-dLLM's threshold on the fused confidence: every position >= tau, at least the best one.
-
-Defaults are the code's (credit_alpha 0.7, boost_gamma 0.2, decay_beta 0.8) with its benchmark scripts' threshold
-0.9. The code keeps one credit matrix per block and only for the block (its logits cover the block alone): the same as
-crediting a position only while it is eligible, as here. Its threshold step also reveals positions within 1e-5 of the
-best when none reaches tau (here only the best); at T > 0 it scores with the untempered fused softmax (here the
-tempered one, as every masked-loop rule). The credits are memory, not NFE: one float32 [B, answer columns, V] tensor.
+Wang et al. 2025, "CreditDecoding" (arXiv 2510.06133); code: `CreditThresholdParallelDecoder` in inclusionAI/dInfer.
+Each step a masked position's credits decay (C <- decay * C) and its top-1 token of the untempered softmax gains
+p ** boost; the step chooses and scores from logits + fusion_weight * log(1 + C), so credit can change the token, and
+Fast-dLLM's threshold reveals. A position is credited only while eligible (the code's per-block matrix). Defaults and
+differences: docs/samplers.md ("KLASS, Credit decoding and Prophet"). The credits are memory, not NFE: one float32
+[B, answer columns, V] tensor.
 """
 
 from __future__ import annotations

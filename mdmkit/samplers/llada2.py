@@ -1,18 +1,9 @@
 """LLaDA2.0's rule inside a block: draw every position, reveal what clears the threshold, at least a schedule's count.
 
-The rule of the model's own `generate` (hub modeling_llada2_moe.py), run by block diffusion on each block
-(`sampler=llada2`: blocks of 32, the block one sub-block). Each step draws a token for every position of the block
-from softmax(logits / T), cut to the top-k tokens and then to the top-p nucleus, and scores it by its probability
-(the mask token takes part in the softmax); among the masked positions, every one whose score is above `tau` is
-revealed if they are at least the step's scheduled count, else the count's most confident ones. The schedule spreads
-the block over `steps` steps (n // steps each, one more for the first n % steps), and a block takes at most `steps`
-steps.
-
-Two settings read differently from the hub's: its `temperature=0` still draws (from the untempered softmax), which
-is `temperature: 1.0` here; mdmkit's temperature 0 takes the most probable token. The draw is one
-`torch.multinomial` over the block's [positions, vocab] matrix per step from the canvas generator, as the reference's,
-so a seeded run reproduces the reference's seeded one. The mask token is never chosen (where the reference would draw
-it, a position stays masked there, never here).
+The rule of the model's own `generate` (hub modeling_llada2_moe.py), run by block diffusion (`sampler=llada2`). A step
+draws every position of the block with one `torch.multinomial` from the canvas generator, as the reference does, so
+seeded runs agree; the hub's `temperature=0` still draws, which is `temperature: 1.0` here (mdmkit's 0 takes the
+argmax), and the mask token is never chosen. docs/samplers.md ("LLaDA2.0") has the rule step by step.
 """
 
 from __future__ import annotations

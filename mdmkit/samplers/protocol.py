@@ -1,11 +1,8 @@
 """The sampler contract: what every sampler takes and returns, stated once.
 
-A sampler fills the masked positions of a batch through a `ForwardCounter`, the only view of the network it
-gets, so every forward pass is charged to the rows it ran on. What a sampler needs beyond logits (a KV cache,
-hidden states, a causal head) it lists in `requires`; evaluation checks that against the network's
-capabilities (`mdmkit.models.denoiser`) before the first forward. Samplers hold configuration only: the
-networks they need besides the denoiser (P2's planner, NI's indicator) are passed in loaded, never as paths,
-and no state survives from one `sample` call to the next.
+A sampler sees the network only through a `ForwardCounter`, lists what it needs beyond logits in `requires` (checked
+against the network's capabilities before the first forward), holds configuration only (networks besides the
+denoiser come loaded) and keeps no state from one `sample` call to the next (docs/samplers.md, "The sampler contract").
 """
 
 from __future__ import annotations

@@ -14,10 +14,7 @@ from mdmkit.samplers.ordering import ErrorProxy, entropy_with_eps
 
 @dataclass(frozen=True)
 class StepSchedule:
-    """A fixed number of steps per block, the block's positions spread evenly (LLaDA's schedule).
-
-    With n positions and s steps, step i reveals n // s, plus one for the first n % s steps.
-    """
+    """LLaDA's schedule: with n positions in a block and s steps, step i reveals n // s, one more for i < n % s."""
 
     steps: int
 
@@ -71,14 +68,9 @@ class StepsSampler(MaskedSampler):
 
 @dataclass
 class DreamStepsSampler(MaskedSampler):
-    """Dream's timestep schedule over `steps` steps (see DreamSchedule).
-
-    The `dream_*` presets also set what Dream's `diffusion_generate` does beyond the schedule: `empty_steps` (a
-    step scheduled to reveal 0 tokens spends its forward and reveals nothing), `mask_in_softmax` (confidence,
-    margin and entropy are read from the softmax over the whole vocabulary, the mask token included),
-    `entropy_eps` (the entropy order scores -sum p log(p + eps), Dream's 1e-10; 0: the exact entropy) and, for
-    alg='origin', `random_count` (each position revealed on its own with probability 1 - s/t: random order only).
-    """
+    """Dream's timestep schedule over `steps` steps (see DreamSchedule). The `dream_*` presets also set what Dream's
+    `diffusion_generate` does beyond it: `empty_steps`, `mask_in_softmax`, `random_count` (alg='origin') and
+    `entropy_eps` (the entropy order scores -sum p log(p + eps), Dream's 1e-10; 0: the exact entropy)."""
 
     budget_rule = DreamSchedule
     steps: int = 64
