@@ -129,13 +129,12 @@ class HFCausalLM(nn.Module):
         back to, `cache`.
         """
         batch, length = tokens.shape
+        kwargs: dict[str, Any] = {}
         if cache is None and positions is None and (attn_mask is None or attn_mask.shape[-2] == 1):
             keep = key_padding(attn_mask, batch, length)
-            if keep is None:
-                return self.model(input_ids=tokens).logits.float()
-            return self.model(input_ids=tokens, attention_mask=keep.long(),
-                              position_ids=positions_from(keep)).logits.float()
-        kwargs: dict[str, Any] = {}
+            if keep is not None:
+                kwargs.update(attention_mask=keep.long(), position_ids=positions_from(keep))
+            return self.model(input_ids=tokens, **kwargs).logits.float()
         if attn_mask is not None:
             kwargs["attention_mask"] = attn_mask.bool().expand(batch, 1, length, attn_mask.shape[-1])
         if positions is not None:
@@ -159,11 +158,9 @@ class HFCausalLM(nn.Module):
 
 @dataclass
 class HFCausalSpec(Validated):
-    """`model=hf_causal`: train (e.g. SBD fine-tune) a Hugging Face causal LM on an mdmkit task.
-
-    The task's token ids index the model's vocabulary directly, so the model needs at least the task's vocab size
-    (a tiny model made for the task, or a tokenizer-aligned task). `vocab_size` and `max_len` come from the task.
-    """
+    """`model=hf_causal`: train (e.g. SBD fine-tune) a Hugging Face causal LM on an mdmkit task, whose token ids
+    index the model's vocabulary directly (a tiny model made for the task, or a tokenizer-aligned task); `vocab_size`
+    and `max_len` come from the task."""
 
     path: str
     vocab_size: int
