@@ -1,11 +1,7 @@
 """What every budget rule shares: how many of this step's sorted eligible positions to reveal, per row.
 
-A rule sees a `Ranked` view (eligible positions sorted best first by the error proxy) and returns a count
-per row; the loop then reveals at least one (none where a sampler allows `empty_steps`, as Dream's schedule
-does) and at most all eligible positions. Top-k, step schedules, EB-Sampler, Fast-dLLM threshold and factor
-differ only there: each rule lives in one file with its sampler (`topk.py`, `steps.py`, `eb.py`, `threshold.py`,
-`factor.py`, `reveal_all.py`) and checks the ranges of its own parameters, once for every sampler that uses it
-(a bad value is a `ConfigError` naming the field).
+Top-k, step schedules, EB-Sampler, Fast-dLLM threshold and factor differ only there: each rule lives in one file with
+its sampler and checks the ranges of its own parameters, once for every sampler that uses it.
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ from mdmkit.models.denoiser import without_mask
 
 
 def predictive_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The distribution tokens are drawn from: softmax(logits / T), restricted to the top-p nucleus.
-
-    At temperature 0 it is the untempered softmax (the argmax is taken from it).
-    """
+    """The distribution tokens are drawn from: softmax(logits / T) restricted to the top-p nucleus; at temperature 0
+    the untempered softmax (the argmax is taken from it)."""
     if temperature == 0.0:
         return logits.softmax(-1)
     probs = (logits / temperature).softmax(-1)

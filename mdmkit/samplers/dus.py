@@ -80,7 +80,6 @@ class DUSSampler(Sampler):
 
     @property
     def requires(self) -> frozenset[str]:  # type: ignore[override]
-        """A cache needs the network's `kv_cache` capability; the plain loop needs nothing."""
         return cache_requirements(self.cache)
 
     def validate(self) -> None:

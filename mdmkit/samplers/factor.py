@@ -29,13 +29,9 @@ class ConfidenceFactor:
 
 @dataclass(frozen=True)
 class FastDllmFactor:
-    """Fast-dLLM's factor rule as its code applies it (`get_transfer_index_dynamic`, NVlabs/Fast-dLLM).
-
-    Ranked position n (1-based) passes when c_(n) >= 1 - f / (n + 1), compared in float64; the first always
-    passes. The count is the leading run of passes, except that a run covering all but the last eligible
-    position reveals the last one too. Against `ConfidenceFactor`: `>=` where the paper has a strict `<`, and
-    that last rule, so two masked positions are always revealed together.
-    """
+    """Fast-dLLM's factor rule as its code applies it (`get_transfer_index_dynamic`, NVlabs/Fast-dLLM): the leading
+    run of ranked positions n (1-based) with c_(n) >= 1 - f / (n + 1) in float64 (the first always passes), and the
+    last eligible one too when the run covers all the others (so two masked positions are always revealed together)."""
 
     factor: float
 
