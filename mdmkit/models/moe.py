@@ -89,20 +89,14 @@ class MoE(nn.Module):
         self.gate = nn.Parameter(torch.empty(experts, hidden, d_model))
         self.up = nn.Parameter(torch.empty(experts, hidden, d_model))
         self.down = nn.Parameter(torch.empty(experts, d_model, hidden))
-        if config.expert_bias:
-            self.register_buffer("expert_bias", torch.zeros(experts))
-        else:
-            self.expert_bias = None
+        self.register_buffer("expert_bias", torch.zeros(experts) if config.expert_bias else None)
         self.shared = GatedMLP(d_model, config.shared_hidden) if config.shared_hidden else None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Chosen experts [N, top_k] (best first), their weights [N, top_k] and the router logits [N, experts] of
         the tokens x [N, d_model]."""
         config = self.config
-        if config.router_fp32:
-            logits = F.linear(x.float(), self.router.weight.float())
-        else:
-            logits = self.router(x)
+        logits = F.linear(x.float(), self.router.weight.float()) if config.router_fp32 else self.router(x)
         if config.router == "softmax":
             scores = F.softmax(logits, dim=-1, dtype=torch.float32)
         else:

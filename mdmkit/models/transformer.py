@@ -78,8 +78,7 @@ class Rotary(nn.Module):
         else:
             cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
         first, second = x.chunk(2, dim=-1)
-        rotated = torch.cat((-second, first), dim=-1)
-        return x * cos + rotated * sin
+        return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
 class SelfAttention(nn.Module):
