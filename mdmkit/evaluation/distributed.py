@@ -1,12 +1,9 @@
 """Data-parallel evaluation: one model replica per process, the test split sharded by whole batches.
 
-Launched by `torchrun --nproc_per_node=N evaluate.py ...` (it sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`) or as the
-N tasks of one SLURM job (the submitit launcher with `tasks_per_node=N`; `SLURM_PROCID`, `SLURM_NTASKS`). Batches
-go to ranks round-robin and every batch draws from its own seeded stream, so what a batch produces does not depend
-on which process ran it: rank 0 gathers the batches, puts them back in order and writes the same row a single
-process writes. A rank with fewer batches simply waits at the gather (the process group's timeout is long enough
-for an unbalanced shard of a many-hour run); a rank that dies makes torchrun end the others, and re-running
-resumes from the rows already written.
+Launched by `torchrun --nproc_per_node=N evaluate.py ...` or as the N tasks of one SLURM job (the submitit launcher
+with `tasks_per_node=N`). Batches go to ranks round-robin and each draws from its own seeded stream, so rank 0,
+gathering them back in order, writes the same row a single process writes. A rank with fewer batches waits at the
+gather (`GATHER_TIMEOUT`); a rank that dies makes torchrun end the others, and a re-run resumes from the rows written.
 """
 
 from __future__ import annotations
