@@ -1,12 +1,8 @@
 """Indicator labels: roll a reference trajectory back to step t' and mark what the oracle would merge there.
 
-A trajectory is the final tokens x* and, per position, the step that revealed it (-1: given or never
-revealed). Rolled back to t' (steps 0..t'-1 revealed, the rest masked), the trajectory-preserving merge of
-`mdmkit.samplers.oracle` reveals step t' (the base sampler's own next step) and every following step, in
-order, whose positions the network's argmax already gets right. It stops at the first step with a wrong
-position even when later ones are right (the order constraint). Positions of the merged steps are labelled
-1, every other still-masked position 0. Walking these merges from t' = 0 is exactly `oracle_merge`
-(tests/test_ni.py checks it).
+From the state after steps 0..t'-1, the positions of the steps the oracle's trajectory-preserving merge
+(`mdmkit.samplers.oracle`) reveals are labelled 1, every other still-masked position 0. Walking these merges from
+t' = 0 is exactly `oracle_merge` (tests/test_ni.py checks it).
 """
 
 from __future__ import annotations
@@ -29,10 +25,8 @@ def draw_rollback(steps: torch.Tensor, generator: torch.Generator | None = None)
 def rollback_state(
     tokens: torch.Tensor, reveal_step: torch.Tensor, done: torch.Tensor, mask_id: int
 ) -> torch.Tensor:
-    """The state [B, L] after the first `done` [B] steps: later steps masked, the rest as in `tokens`.
-
-    Given positions (-1) keep their token; positions the reference never revealed are the mask token already.
-    """
+    """The state [B, L] after the first `done` [B] steps: later steps masked, the rest (givens included) as in
+    `tokens`."""
     return torch.where(reveal_step >= done[:, None], mask_id, tokens)
 
 

@@ -63,17 +63,14 @@ class MaskedDiffusionLoss(Validated):
         c = self.corrupt(tokens, answer_mask, mask_id, generator)
         logits = network(c.noisy)
         ce = F.cross_entropy(logits.transpose(1, 2).float(), tokens, reduction="none") * c.masked
-        n_masked = c.masked.sum()
+        n_masked = c.masked.sum().clamp(min=1)
         if self.weighting == "elbo" and self.normalize == "sequence":
             loss = (ce.sum(1) / c.t / answer_mask.sum(1).clamp(min=1)).mean()
         elif self.weighting == "elbo":
             loss = (ce.sum(1) / c.t).sum() / answer_mask.sum().clamp(min=1)
         else:
-            loss = ce.sum() / n_masked.clamp(min=1)
+            loss = ce.sum() / n_masked
         with torch.no_grad():
             correct = (logits.argmax(-1) == tokens) & c.masked
-            metrics = {
-                "masked_ce": ce.sum() / n_masked.clamp(min=1),
-                "masked_acc": correct.sum() / n_masked.clamp(min=1),
-            }
+            metrics = {"masked_ce": ce.sum() / n_masked, "masked_acc": correct.sum() / n_masked}
         return loss, metrics

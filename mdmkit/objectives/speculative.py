@@ -34,10 +34,8 @@ def random_order(masked: torch.Tensor, generator: torch.Generator | None) -> tor
 
 @dataclass
 class SpeculativeLoss(Validated):
-    """Eq. 9: masked CE of the draft + AR CE of the causal target, each normalised by the masked count.
-
-    `t_min` and `stratified` draw the masking rate as in `MaskedDiffusionLoss`.
-    """
+    """Eq. 9: masked CE of the draft + AR CE of the causal target, each normalised by the masked count; `t_min`
+    and `stratified` draw the masking rate as in `MaskedDiffusionLoss`."""
 
     model_spec: ClassVar[type] = SpeculativeConfig  # the network it trains: a draft trunk and a causal verifier
 
