@@ -83,12 +83,9 @@ class NextTokenLoss(Validated):
 
 @dataclass
 class SBDLoss(Validated):
-    """NTP on the clean half + masked prediction on the noisy half (eq. 14), each a mean over its tokens.
-
-    `block_size` [lo, hi]: k is drawn uniformly per training step (paper: [2, 16]). `ntp_term=False` is the
-    paper's ablation (Figure 4): the NTP loss is still computed and logged but carries no gradient.
-    `attention`: `flex` (FlexAttention, GPU), `sdpa` (explicit bool mask, any device) or `auto`.
-    """
+    """NTP on the clean half + masked prediction on the noisy half (eq. 14), each a mean over its tokens. k is drawn
+    uniformly from `block_size` [lo, hi] per step; `ntp_term=False` is the paper's ablation (Figure 4: NTP logged,
+    no gradient); `attention` is `flex` (FlexAttention, GPU), `sdpa` (a bool mask, any device) or `auto`."""
 
     block_size: tuple[int, int] = (2, 16)
     ntp_term: bool = True

@@ -57,11 +57,8 @@ def oracle_merge(
     mask_id: int,
     batch_size: int | None = None,
 ) -> OracleMerge:
-    """Run the oracle on every row of `prompts` [B, L] against `reference`; see the module docstring.
-
-    Rows are batched and leave once all their steps are revealed, so each row is charged (through a
-    ForwardCounter) exactly the passes it needs; `batch_size` caps the rows per network call.
-    """
+    """Run the oracle on every row of `prompts` [B, L] against `reference` (see the module). A row leaves the batch
+    once all its steps are revealed, so it is charged exactly the passes it needs; `batch_size` caps a call's rows."""
     _check_reference(prompts, reference, mask_id)
     device = prompts.device
     target, reveal_step = reference.tokens.to(device), reference.reveal_step.to(device)

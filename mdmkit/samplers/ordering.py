@@ -1,8 +1,7 @@
 """Error proxies: which masked positions to reveal first. Lower error = revealed earlier.
 
-Each proxy maps the per-position predictive distribution (and the token chosen from it) to a score; the
-loop sorts masked positions by it. A learned proxy is any callable with the same signature (NI's indicator is
-not one: it adds reveals through the loop's `StepRule`).
+Each maps the per-position predictive distribution (and the chosen token's probability) to a score the loop sorts
+by; a learned proxy is any callable with the same signature.
 """
 
 from __future__ import annotations

@@ -50,11 +50,8 @@ def draw_proposal(
 
 
 def lowest(score: torch.Tensor, count: torch.Tensor, ties_first: torch.Tensor) -> torch.Tensor:
-    """Bool [R, L]: the `count[r]` lowest scores of each row.
-
-    Equal scores go to `ties_first` positions first, then to the lower index: the pick is deterministic and
-    a row's pick never depends on the other rows of its batch.
-    """
+    """Bool [R, L]: the `count[r]` lowest scores of each row, equal scores going to `ties_first` positions first,
+    then to the lower index (deterministic, and independent of the other rows)."""
     prior = torch.argsort((~ties_first).long(), dim=1, stable=True)
     order = prior.gather(1, score.gather(1, prior).argsort(dim=1, stable=True))
     columns = torch.arange(score.shape[1], device=score.device)
@@ -78,12 +75,9 @@ class _Run:
 
 @dataclass
 class P2Sampler(Sampler):
-    """P2 path-planning sampler: a fixed number of steps, each one denoiser forward per row, with re-masking.
-
-    `planner` is a loaded network whose log-probabilities score the positions already revealed
-    (BERT-planning; evaluation loads `sampler.planner=<model.pt>`). Its passes are charged at `planner_cost`
-    of a denoiser forward (default: the ratio of parameter counts, or 1 when that is unknown).
-    """
+    """P2 path planning: `steps` denoiser forwards per row, with re-masking. `planner` (BERT-planning, loaded from
+    `sampler.planner=<model.pt>`) scores the revealed positions; its passes cost `planner_cost` forwards each
+    (default: the ratio of parameter counts, or 1 when that is unknown)."""
 
     steps: int = 64
     eta: float = 1.0

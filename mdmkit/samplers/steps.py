@@ -30,12 +30,9 @@ class StepSchedule:
 
 @dataclass(frozen=True)
 class DreamSchedule:
-    """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1).
-
-    In float32, as Dream computes it: in float64 the product lands on the other side of an integer now and then.
-    `random_count` is Dream's alg='origin' instead: each eligible position is revealed on its own with probability
-    1 - t_{i+1} / t_i, i.e. exactly the positions whose uniform draw (the `random` ordering's score) is below it.
-    """
+    """Dream's schedule: at step i of s, reveal int(n_masked * (1 - t_{i+1} / t_i)), t = linspace(1, eps, s + 1), in
+    float32 as Dream computes it (float64 sometimes rounds the other way). `random_count` (Dream's alg='origin')
+    reveals instead the positions whose uniform draw (the `random` ordering's score) is below 1 - t_{i+1} / t_i."""
 
     steps: int
     eps: float = 1e-3
