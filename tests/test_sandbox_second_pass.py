@@ -65,10 +65,17 @@ def test_memory_that_no_resident_size_shows_is_refused_or_counted(mode, kind, ma
         "for _ in range(3):\n    if os.fork() == 0:\n        break\n"
         f"try:\n    if True:\n{body}\n    print('held', flush=True)\n"
         "except OSError as e:\n    print('refused', e.errno, flush=True)\n"
-        "time.sleep(3)\n"
+        # hold on until all four have tried (at most 3 s), so their memory is held at once
+        "open(f'/tmp/{marker}-tried-{os.getpid()}', 'w').close()\n"
+        "deadline = time.monotonic() + 3\n"
+        "while (sum(name.startswith(f'{marker}-tried-') for name in os.listdir('/tmp')) < 4\n"
+        "       and time.monotonic() < deadline):\n"
+        "    time.sleep(0.02)\n"
     )
     result = run(mode, program, timeout_s=6.0, memory_mb=256, disk_mb=64, max_processes=4096)
     held = result.stdout.count("held")
+    for path in glob.glob(f"/tmp/{marker}-tried-*"):  # left on the machine's /tmp where none is private
+        os.unlink(path)
     if kind == "dev_shm_files" and not contained(mode):
         assert held == 4  # NOT contained: without a mount namespace /dev/shm is the machine's (docs/sandbox.md)
         for path in glob.glob(f"/dev/shm/{marker}-*"):

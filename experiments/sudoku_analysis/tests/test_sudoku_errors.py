@@ -19,14 +19,21 @@ from mdmkit.tasks.sudoku import puzzles_and_solutions
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
 
 
-def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = sudoku_errors.count_errors(SUDOKU_CKPT, "confidence", limit=40, batch_size=16)
-    assert result["n"] == 40
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The counts of the first 60 test puzzles, made once for the tests that read them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MDMKIT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return sudoku_errors.count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
+
+
+def test_counts_add_up_to_the_evaluations_accuracy(counted: dict) -> None:
+    result = counted
+    assert result["n"] == 60
     for field in ("by_givens", "by_logic", "by_left_by_singles"):
         rows = result[field]
-        assert sum(r["n"] for r in rows.values()) == 40
-        assert sum(r["correct"] for r in rows.values()) / 40 == pytest.approx(result["accuracy"])
+        assert sum(r["n"] for r in rows.values()) == 60
+        assert sum(r["correct"] for r in rows.values()) / 60 == pytest.approx(result["accuracy"])
         for r in rows.values():
             assert r["ci95"][0] - 1e-9 <= r["accuracy"] <= r["ci95"][1] + 1e-9
     assert set(result["by_givens"]) <= set(range(30, 37))  # the model's task: 30-36 givens
@@ -35,9 +42,8 @@ def test_counts_add_up_to_the_evaluations_accuracy(tmp_path: Path, monkeypatch: 
                                                          for g in (NAKED, HIDDEN))
 
 
-def test_failures_are_traced_to_their_first_wrong_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MDMKIT_CACHE_DIR", str(tmp_path))
-    result = sudoku_errors.count_errors(SUDOKU_CKPT, "confidence", limit=60, batch_size=32)
+def test_failures_are_traced_to_their_first_wrong_grid(counted: dict) -> None:
+    result = counted
     assert result["failures"] == round(60 * (1 - result["accuracy"])) > 0  # the CPU model fails ~7%
     found = result["first_wrong"]
     assert 0 < len(found) <= result["failures"]
