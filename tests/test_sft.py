@@ -279,7 +279,7 @@ def test_a_short_run_learns_gsm8k_pairs_and_saves_a_hub_checkpoint(model_dirs, p
 
 def test_lora_run_saves_merged_and_adapter_resumes_and_evaluates(model_dirs, pairs_file, tmp_path: Path) -> None:
     """The CLI as a user runs it: LoRA, the evaluation after training with a cached sampler, then a resume by the
-    run's directory. The merged model equals the base with the saved adapter."""
+    run's directory. The merged model equals the base with the saved adapter, and so do their generations."""
     overrides = sft_overrides(model_dirs["llada"], pairs_file, tmp_path, "sft.lora_r=4", "trainer.max_steps=4",
                               "trainer.val_check_interval=2", "optim.lr=0.01", "sampler.cache=dual",
                               "sampler.steps=8", "save_dtype=float32")
@@ -297,17 +297,15 @@ def test_lora_run_saves_merged_and_adapter_resumes_and_evaluates(model_dirs, pai
         assert (network(made.tokens) - base).abs().max() > 1e-3  # training changed the model
         assert torch.allclose(network(made.tokens), adapted(made.tokens), atol=1e-5, rtol=1e-5)
 
-    # evaluate.py on the saved model, and on the base model with the adapter merged in: the same generations
-    generations = {}
-    for name, model in {"merged": [f"ckpt={run / 'model'}"],
-                        "adapter": [f"ckpt={model_dirs['llada']}", f"hf.adapter={run / 'adapter'}"]}.items():
-        evaluated = run_cli("evaluate.py", "task=gsm8k", *model, "hf.kind=llada", "task.chat=true", "task.shots=0",
-                            f"task.data_dir={BENCHMARK_DATA}", "task.max_gen_len=16", "limit=2", "sampler=llada",
-                            "sampler.steps=8", f"results_file={tmp_path}/{name}/rows.jsonl", cwd=tmp_path)
-        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-        file = next((tmp_path / name / "generations").glob("*.jsonl"))
-        generations[name] = [json.loads(line)["raw"] for line in file.read_text().splitlines()]
-    assert generations["merged"] == generations["adapter"] and len(generations["merged"]) == 2
+    # evaluate.py on the base model with the adapter merged in: the generations of the run's own evaluation
+    evaluated = run_cli("evaluate.py", "task=gsm8k", f"ckpt={model_dirs['llada']}", f"hf.adapter={run / 'adapter'}",
+                        "hf.kind=llada", "task.chat=true", "task.shots=0", f"task.data_dir={BENCHMARK_DATA}",
+                        "task.max_gen_len=16", "limit=2", "sampler=llada", "sampler.cache=dual", "sampler.steps=8",
+                        f"results_file={tmp_path}/adapter/rows.jsonl", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    generations = [[json.loads(line)["raw"] for line in file.read_text().splitlines()]
+                   for file in (run / "generations.jsonl", next((tmp_path / "adapter" / "generations").glob("*")))]
+    assert generations[0] == generations[1] and len(generations[0]) == 2
 
     resumed = run_cli("train.py", f"ckpt_path={run}", "trainer.max_steps=6", "evaluate_after_training=false",
                       cwd=tmp_path)
