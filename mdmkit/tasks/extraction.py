@@ -106,13 +106,8 @@ def extract_code(generation: str, prompt: str | None = None, entry_point: str | 
         code = code[begin + len("[BEGIN]") :]
     if "[DONE]" in code:
         code = code.split("[DONE]", 1)[0]
-    if "```" in code:
-        blocks = _FENCE_RE.findall(code)
-        if blocks:
-            chosen = blocks[0]
-            if entry_point:
-                chosen = next((b for b in blocks if _defines(b, entry_point)), chosen)
-            code = chosen
+    if blocks := _FENCE_RE.findall(code):
+        code = next((b for b in blocks if entry_point and _defines(b, entry_point)), blocks[0])
     if prompt and prompt.strip():
         if code.startswith(prompt):
             code = code[len(prompt) :]
@@ -125,7 +120,7 @@ def extract_code(generation: str, prompt: str | None = None, entry_point: str | 
 
 def _humaneval_harness(test: str, entry_point: str) -> str:
     """The check harness appended after the solution, as in the official HumanEval evaluation."""
-    return "\n" + test + "\n" + f"check({entry_point})\n"
+    return f"\n{test}\ncheck({entry_point})\n"
 
 
 def _humaneval_parts(prompt: str, completion: str, entry_point: str) -> tuple[str, str]:
@@ -172,10 +167,7 @@ def mbpp_check(
     used = _names(tests, ast.Load)
     provided = _names(test_setup_code, ast.Store)
     reference_names = _top_level_names(reference) if reference else None
-    if reference_names is None:
-        provided |= used - set(vars(builtins))
-    else:
-        provided |= reference_names
+    provided |= used - set(vars(builtins)) if reference_names is None else reference_names
     return Check(solution=code, tests=tests, remote=tuple(sorted(used & provided)), setup=test_setup_code)
 
 

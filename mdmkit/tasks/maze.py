@@ -43,8 +43,8 @@ class MazeTask(PuzzleTask):
     def validate(self) -> None:
         super().validate()
         require(2 <= self.grid_size <= 32, f"grid_size={self.grid_size} must lie in [2, 32]")
-        cells = self.grid_size**2
-        require(2 <= self.min_path_len <= cells, f"min_path_len={self.min_path_len} must lie in [2, {cells}]")
+        require(2 <= self.min_path_len <= self.n_cells,
+                f"min_path_len={self.min_path_len} must lie in [2, {self.n_cells}]")
 
     @property
     def n_cells(self) -> int:

@@ -178,12 +178,9 @@ def _allowed(given: list[int], cell: int) -> int:
 
 def _forced(puzzle: list[int], given: list[int], cell: int, bit: int) -> bool:
     """True if blank `cell` must hold `bit` by one elimination step from the givens (naked/hidden single)."""
-    if _allowed(given, cell) == bit:
-        return True
-    for mates in _UNIT_MATES[cell]:
-        if all(puzzle[j] or not _allowed(given, j) & bit for j in mates):
-            return True
-    return False
+    return _allowed(given, cell) == bit or any(
+        all(puzzle[j] or not _allowed(given, j) & bit for j in mates) for mates in _UNIT_MATES[cell]
+    )
 
 
 def _other_digit_fits(puzzle: list[int], given: list[int], cell: int, bit: int) -> bool:
