@@ -84,9 +84,8 @@ class MazeTask(PuzzleTask):
         return Examples(tokens, answer_mask, keys)
 
     def generate(self, count: int, seed: int) -> Examples:
-        mazes = generate_mazes(count, self.grid_size, seed, self.min_path_len, progress=count >= 10_000,
-                               workers=self.workers)
-        return self._examples(mazes)
+        return self._examples(generate_mazes(count, self.grid_size, seed, self.min_path_len,
+                                             progress=count >= 10_000, workers=self.workers))
 
     def read_file(self, path: Path) -> Examples:
         """JSON lines: {"edges": [[a, b], ...], "start": s, "goal": g}, cells numbered row * n + col."""

@@ -84,8 +84,7 @@ class SudokuTask(PuzzleTask):
         return self.examples(*unpack_puzzles(arrays["codes"], arrays["givens"]))
 
     def generate(self, count: int, seed: int) -> Examples:
-        puzzles, solutions = generate_puzzles(count, self.n_givens, seed, workers=self.workers, progress=True)
-        return self.examples(puzzles, solutions)
+        return self.examples(*generate_puzzles(count, self.n_givens, seed, workers=self.workers, progress=True))
 
     def read_file(self, path: Path) -> Examples:
         """One puzzle per line: 81 characters, digits 1-9 for givens and 0 or '.' for blanks ('#' comments)."""
