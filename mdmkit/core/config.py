@@ -66,9 +66,7 @@ def _matches(value: Any, annotation: Any) -> bool:
         args = typing.get_args(annotation)
         if not isinstance(value, (tuple, list)):
             return False
-        if origin is list and args:  # list[X]: any length, every item an X
-            return all(_matches(v, args[0]) for v in value)
-        if len(args) == 2 and args[1] is Ellipsis:
+        if args and (origin is list or args[-1] is Ellipsis):  # list[X], tuple[X, ...]: any length, every item an X
             return all(_matches(v, args[0]) for v in value)
         return not args or (len(args) == len(value) and all(map(_matches, value, args)))
     if origin is dict:
@@ -102,15 +100,11 @@ class Validated:
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            # YAML has lists, not tuples
-            if isinstance(value, list) and _admits(hints[field.name], lambda a: typing.get_origin(a) is tuple):
+            value, hint = getattr(self, field.name), hints[field.name]
+            if isinstance(value, list) and _admits(hint, lambda a: typing.get_origin(a) is tuple):  # YAML has no tuples
                 value = tuple(value)
                 object.__setattr__(self, field.name, value)
-            require(
-                _matches(value, hints[field.name]),
-                f"{field.name}={value!r}: expected {_describe(hints[field.name])}",
-            )
+            require(_matches(value, hint), f"{field.name}={value!r}: expected {_describe(hint)}")
         self.validate()
 
     def validate(self) -> None:
