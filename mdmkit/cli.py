@@ -97,23 +97,23 @@ def _contained() -> Iterator[None]:
     """A run's failure: one line on stderr (with a traceback for a bug) and status 2. In a multirun every job's
     failure is contained, so the sweep goes on: the job notes it where `FailedJobs` (in the launching process,
     whichever launcher, process or node ran the job) finds it and lists them all at the end, status 2."""
-    notes = os.environ.get(FAILED_JOBS_ENV)
-    if notes and HydraConfig.get().mode == RunMode.MULTIRUN:
-        Path(notes, f"{HydraConfig.get().job.num}.started").touch()  # how many jobs ran, for the summary
+    hydra_config = HydraConfig.get()
+    multirun, notes = hydra_config.mode == RunMode.MULTIRUN, os.environ.get(FAILED_JOBS_ENV)
+    if notes and multirun:
+        Path(notes, f"{hydra_config.job.num}.started").touch()  # how many jobs ran, for the summary
     try:
         yield
     except Exception as error:  # noqa: BLE001 -- a multirun contains every job's failure
         if not isinstance(error, MdmkitError):
             traceback.print_exc()
         print(f"error: {error}", file=sys.stderr)
-        hydra_config = HydraConfig.get()
-        if hydra_config.mode != RunMode.MULTIRUN:
+        if not multirun:
             if isinstance(error, MdmkitError):  # refused: a crash keeps its record
                 _discard_if_untouched(Path(hydra_config.runtime.output_dir))
             sys.exit(2)
-        if os.environ.get(FAILED_JOBS_ENV):
+        if notes:
             note = {"num": hydra_config.job.num, "overrides": list(hydra_config.overrides.task), "error": str(error)}
-            Path(os.environ[FAILED_JOBS_ENV], f"{hydra_config.job.num}.json").write_text(json.dumps(note))
+            Path(notes, f"{hydra_config.job.num}.json").write_text(json.dumps(note))
 
 
 def _discard_if_untouched(output_dir: Path) -> None:
@@ -228,12 +228,10 @@ def train() -> None:
     _exit_if_jobs_failed()
 
 
-def _resumed(cfg: DictConfig) -> tuple[DictConfig, Callable[[], None] | None]:
+def _resumed(cfg: DictConfig, plan: ResumePlan) -> tuple[DictConfig, Callable[[], None] | None]:
     """The resumed run's config, and what records it in its directory once training starts (rank 0)."""
     from hydra import compose
 
-    assert _resume is not None
-    plan = _resume
     config = plan.config(cfg, lambda overrides: compose(config_name="train", overrides=overrides))
     hydra_node = HydraConfig.get()
     return config, (lambda: plan.record(config, hydra_node)) if is_rank_zero() else None
@@ -245,7 +243,7 @@ def _train(cfg: DictConfig) -> None:
     from mdmkit.training.preflight import check_components, check_run
 
     with _contained():
-        cfg, on_start = _resumed(cfg) if _resume is not None else (cfg, None)
+        cfg, on_start = _resumed(cfg, _resume) if _resume is not None else (cfg, None)
         check_run(cfg)
         if cfg.get("indicator") is not None or cfg.get("evaluate_after_training", True):
             from mdmkit.core.devices import resolve_device
