@@ -47,8 +47,8 @@ class RunCheckpoints(ModelCheckpoint):
         self._training = True  # the checkpoint, optimizer included, is restored by now
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if self._training and trainer.world_size == 1 and self.saved_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self._training and trainer.world_size == 1:
+            self.on_train_end(trainer, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.saved_step != trainer.global_step:
@@ -59,7 +59,7 @@ class LogAtGlobalStep(Callback):
     """Log each batch's metrics at the trainer's global step.
 
     Lightning logs at a counter of its own (`_batches_that_stepped`), which a run resumed from a checkpoint saved
-    at the end of training restores one too high: a 10+10-step run logged step 10's loss at step 11. The global
+    at the end of training restores one too high: a 10+10-step run would log step 10's loss at step 11. The global
     step is restored exactly, and equals that counter in an uninterrupted run. Goes first among the callbacks,
     before the learning-rate monitor logs at the same counter.
     """
@@ -163,9 +163,9 @@ class StepRate(Callback):
 
 
 class CallTimer(Timer):
-    """`trainer.max_time` as the limit of this call alone. Lightning's own timer restores the training time of
-    the calls before from a checkpoint, so a resumed leg given the same limit as the last stopped before its
-    first step: a training chained over time-boxed device calls never went on."""
+    """`trainer.max_time` as the limit of this call alone: Lightning's own timer restores the training time of
+    the calls before from a checkpoint, so a resumed leg given the same limit as the last would stop before its
+    first step."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass

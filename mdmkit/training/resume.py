@@ -108,10 +108,10 @@ class ResumePlan:
         hydra_dir = Path(node["runtime"]["output_dir"]) / HYDRA_DIR
         if hydra_dir.resolve() == (self.run_dir / HYDRA_DIR).resolve():
             history = hydra_dir / "history"
-            number = 1 + max((int(p.name) for p in history.glob("*") if p.name.isdigit()), default=0)
-            (history / str(number)).mkdir(parents=True, exist_ok=True)
+            previous = history / str(1 + max((int(p.name) for p in history.glob("*") if p.name.isdigit()), default=0))
+            previous.mkdir(parents=True, exist_ok=True)
             for name, text in self.saved.items():
-                (history / str(number) / name).write_text(text)
+                (previous / name).write_text(text)
         hydra_dir.mkdir(parents=True, exist_ok=True)
         node["output_subdir"] = HYDRA_DIR  # as for any run: only this resume left it to `record`
         node["overrides"]["hydra"] = [o for o in node["overrides"]["hydra"] if o != "hydra.output_subdir=null"]

@@ -54,8 +54,8 @@ def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
             continue
         options: dict[str, Any] = {"save_dir": str(output_dir)}
         wandb = str(node.get("_target_", "")).endswith("WandbLogger")
-        if wandb and cfg.ckpt_path is not None and node.get("id") is None and wandb_run_id(output_dir):
-            options["id"] = wandb_run_id(output_dir)  # a resumed run goes on in the same wandb run
+        if wandb and cfg.ckpt_path is not None and node.get("id") is None and (run_id := wandb_run_id(output_dir)):
+            options["id"] = run_id  # a resumed run goes on in the same wandb run
         logger = build(node, f"logger.{name}", **options)
         if wandb:  # Lightning passes `anonymous`, which wandb warns is deprecated on every run
             getattr(logger, "_wandb_init", {}).pop("anonymous", None)
@@ -177,8 +177,7 @@ def costs(task: PuzzleTask, run: RunConfig, data: DataConfig, steps: int | None,
     if not task.cache_path().exists():
         line = (f"data: making {task.n_train + task.n_val + task.n_test:,} {task.name} examples (train "
                 f"{task.n_train:,}, val {task.n_val:,}, test {task.n_test:,}) once, cached in {task.cache_path()}")
-        reads = None if steps is None else steps * data.batch_size
-        if reads is not None and reads < task.n_train:
+        if steps is not None and (reads := steps * data.batch_size) < task.n_train:
             line += (f"; {steps} steps x {data.batch_size} read {reads:,} training examples per process "
                      f"(task.n_train={reads} makes no more)")
         lines.append(line)

@@ -53,5 +53,4 @@ class TrajectoryDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         val = self.val_data
-        dataset = TensorDataset(val.tokens, val.reveal_step, val.steps)
-        return DataLoader(dataset, batch_size=self.eval_batch_size)
+        return DataLoader(TensorDataset(val.tokens, val.reveal_step, val.steps), batch_size=self.eval_batch_size)

@@ -61,9 +61,7 @@ class SFTConfig(Validated):
     @property
     def lora(self) -> LoRA | None:
         """The adapters trained (None: full fine-tuning)."""
-        if self.lora_r == 0:
-            return None
-        return LoRA(self.lora_r, self.lora_alpha, self.lora_dropout, tuple(self.lora_targets))
+        return LoRA(self.lora_r, self.lora_alpha, self.lora_dropout, tuple(self.lora_targets)) if self.lora_r else None
 
     def describe(self) -> dict[str, object]:
         """How the weights were trained, for result rows."""
