@@ -19,10 +19,7 @@ _UNITS = np.array(UNITS_OF)  # [81, 3]: each cell's row, column and box as indic
 _HALVES = (range(36), range(36, 81))  # rows 0-3 and rows 4-8: one uint64 code each (bounds above)
 _POPCOUNT = np.array([m.bit_count() for m in range(512)], dtype=np.uint64)
 # _NTH[mask, i]: the bit position (digit - 1) of the i-th set bit of mask, for the digits a cell still allows
-_NTH = np.zeros((512, 9), dtype=np.int8)
-for _mask in range(512):
-    _set = [k for k in range(9) if _mask >> k & 1]
-    _NTH[_mask, : len(_set)] = _set
+_NTH = np.array([[k for k in range(9) if m >> k & 1] + [0] * (9 - m.bit_count()) for m in range(512)], dtype=np.int8)
 
 
 def _allowed(used: np.ndarray, cell: int) -> np.ndarray:
