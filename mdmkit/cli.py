@@ -266,9 +266,8 @@ def _check_task_named(argv: list[str]) -> None:
     """`task.FIELD=...` needs `task=NAME` beside it: evaluate.py has no task until one is named (the checkpoint's
     own otherwise), and Hydra's own refusal suggests `+task.FIELD`, which builds no task at all."""
     overrides = parse_overrides([arg for arg in argv if "=" in arg and not arg.startswith("-")])
-    keys = [o.key_or_group for o in overrides]
     fields = [o.input_line for o in overrides if o.key_or_group.startswith("task.")]
-    if fields and "task" not in keys:
+    if fields and all(o.key_or_group != "task" for o in overrides):
         raise ConfigError(f"{fields[0]} changes a task, but no task=NAME is given: name the checkpoint's task first, "
                           f"e.g. task=sudoku {fields[0].lstrip('+')} (fields not named keep their trained values)")
 
