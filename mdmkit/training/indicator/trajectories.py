@@ -124,9 +124,8 @@ def _record(config: TrajectoryConfig, network: torch.nn.Module, task: PuzzleTask
         counter = ForwardCounter(network, target.shape[0])
         prompt = target.masked_fill(answer, task.mask_id)
         sampled = config.sampler.sample(counter, prompt, task.mask_id, generator)
-        parts["tokens"].append(sampled.tokens.int().cpu())
-        parts["reveal_step"].append(sampled.reveal_step.int().cpu())
-        parts["steps"].append(sampled.steps.int().cpu())
+        for name in ("tokens", "reveal_step", "steps"):
+            parts[name].append(getattr(sampled, name).int().cpu())
         parts["correct"].append(task.score(sampled.tokens, target, answer).cpu())
     return {name: torch.cat(values).numpy() for name, values in parts.items()}
 
