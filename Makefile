@@ -21,4 +21,4 @@ demo: install
 	$(PY) train.py experiment=quickstart
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2

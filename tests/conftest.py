@@ -23,6 +23,14 @@ WAIT_S = 1500
 # the checkout. Tests that need them skip, naming the path, where they are absent.
 BENCHMARK_DATA = Path(os.environ.get("MDMKIT_BENCHMARK_DATA", ROOT.parent / "shared" / "data" / "benchmarks"))
 
+# Under pytest-xdist (`make test` runs two workers) each worker, and every process it starts, takes its share of
+# the cores: torch's default of a thread per core in each worker would oversubscribe them, and its threads spin
+# waiting for each other. An OMP_NUM_THREADS set by the caller wins.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 # A configuration that trains in seconds on a CPU; tests add their own overrides on top.
 TINY = [
     "model=tiny",
