@@ -10,5 +10,5 @@ _spec = importlib.util.spec_from_file_location("mdmkit_tests_conftest",
 _project = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_project)
 
-ROOT, TINY = _project.ROOT, _project.TINY
+ROOT, TINY, WAIT_S = _project.ROOT, _project.TINY, _project.WAIT_S
 _isolated = _project._isolated  # the same isolated data cache as every project test

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, WAIT_S
 
 SCRIPT = ROOT / "tools" / "device" / "device_env.sh"
 
@@ -15,7 +15,7 @@ SCRIPT = ROOT / "tools" / "device" / "device_env.sh"
 def source(tmp_path: Path, python: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHON": python}
     return subprocess.run(["bash", "-c", f"source {SCRIPT} && echo sourced"], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=WAIT_S, check=False)
 
 
 def test_a_complete_environment_sources_cleanly(tmp_path: Path) -> None:

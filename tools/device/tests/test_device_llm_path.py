@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, WAIT_S
 
 SCRIPT = ROOT / "tools" / "device" / "device_llm_path.sh"
 
@@ -22,11 +22,11 @@ def test_one_call_brings_back_the_page_and_its_rows(tmp_path: Path) -> None:
                       "--batches 1 --rules steps --rule-batches 1 --card H200",
     }
     done = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=600, check=False)
+                          timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert {p.name for p in out.iterdir()} == {"llm_path_gpu.md", "llm_path_gpu.json", "llm_path_gpu.jsonl",
                                                "llm_path_gpu.png", "llm_path.log"}
     rows = [json.loads(line) for line in (out / "llm_path_gpu.jsonl").read_text().splitlines()]
-    assert [r["mode"] for r in rows if "mode" in r] == ["none", "prefix", "dual"]
+    assert [r["mode"] for r in rows if "mode" in r] == ["none", "prefix", "dual", "block"]
     assert [r["rule"] for r in rows if "rule" in r] == ["steps"]
     assert "--budget-s 420" in json.loads((out / "llm_path_gpu.json").read_text())["command"]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, WAIT_S
 
 SCRIPT = ROOT / "tools" / "device" / "device_ni.sh"
 
@@ -30,7 +30,7 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained
                  "trainer.val_check_interval=3",
     }
     done = subprocess.run(["bash", str(SCRIPT), "sudoku"], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=600, check=False)
+                          timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     back = out / "ni_sudoku"
     assert {p.name for p in back.iterdir()} == {"indicator.pt", "results.jsonl", "summary.json", "pareto.png", "ni.log",
@@ -42,7 +42,8 @@ def test_one_call_brings_back_the_indicator_and_the_ni_rows_of_the_model_trained
 
 
 def test_a_missing_name_prints_the_usage(tmp_path: Path) -> None:
-    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=WAIT_S,
+                          check=False)
     assert done.returncode == 2 and "tools/device/device_ni.sh sudoku_paper" in done.stdout
 
 
@@ -51,5 +52,5 @@ def test_a_machine_that_trained_no_leg_stops_at_once(tmp_path: Path) -> None:
     wrong weights (and take the session's last minutes)."""
     environment = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TRAINED": str(tmp_path)}
     done = subprocess.run(["bash", str(SCRIPT), "sudoku_paper"], cwd=tmp_path, env=environment, capture_output=True,
-                          text=True, timeout=30, check=False)
+                          text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 3 and "checkpoints/sudoku_paper.pt is the committed model" in done.stdout

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, WAIT_S
 
 SCRIPT = ROOT / "tools" / "device" / "device_sft_step.sh"
 
@@ -21,7 +21,7 @@ def test_one_call_brings_back_the_page_of_four_cases(tmp_path: Path) -> None:
         "BENCH_ARGS": "--preset tiny --batch 2 --length 16 --lora-r 2 --steps 1 --warmup 0 --dtype float32",
     }
     done = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert {p.name for p in out.iterdir()} == {"sft_step_gpu.md", "sft_step_gpu.json", "sft_step_gpu.png",
                                                "sft_step.log"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, WAIT_S
 
 SCRIPT = ROOT / "tools" / "device" / "device_train.sh"
 OVERRIDES = [o for o in TINY if not o.startswith("trainer.max_steps")] + ["evaluate_after_training=false"]
@@ -22,7 +22,7 @@ def leg(machine: Path, out: Path, steps: int, **env: str) -> str:
     machine.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, **env}
     done = subprocess.run(["bash", str(SCRIPT), "tiny", "00:00:10:00", *OVERRIDES, f"trainer.max_steps={steps}"],
-                          cwd=machine, env=environment, capture_output=True, text=True, timeout=300, check=False)
+                          cwd=machine, env=environment, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return (out / "tiny.log").read_text()
 
@@ -73,7 +73,7 @@ def test_resume_only_trains_nothing_on_a_machine_without_the_runs_state(tmp_path
     (machine / "checkpoints").mkdir(parents=True)
     (machine / "checkpoints" / "tiny.pt").write_bytes(b"the committed model")
     done = subprocess.run(["bash", str(SCRIPT), "tiny", "00:00:10:00", *OVERRIDES], cwd=machine, capture_output=True,
-                          text=True, timeout=60, check=False,
+                          text=True, timeout=WAIT_S, check=False,
                           env={**os.environ, "OUT": str(out), "PYTHON": sys.executable, "RESUME_ONLY": "1"})
     assert done.returncode == 3
     assert "RESUME_ONLY=1, but no last.ckpt of runs/tiny here" in (out / "tiny.log").read_text()
@@ -82,6 +82,6 @@ def test_resume_only_trains_nothing_on_a_machine_without_the_runs_state(tmp_path
 
 @pytest.mark.parametrize("args", [[], ["tiny"]])
 def test_too_few_arguments_print_the_usage(tmp_path: Path, args: list[str]) -> None:
-    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+    done = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=WAIT_S,
                           check=False)
     assert done.returncode == 2 and "tools/device/device_train.sh NAME MAX_TIME" in done.stdout
