@@ -33,6 +33,7 @@ from benchmarks.llm_path import (
     case_record,
     fixed_sampler,
     generate,
+    measured_card,
     network_for,
     random_llm,
     scaled,
@@ -74,7 +75,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="default: bfloat16 on a GPU, float32 on a CPU")
     parser.add_argument("--scale", default=None, metavar="WIDTH,LAYERS",
                         help="the presets at this width and depth (the real vocabulary), for a CPU run")
-    parser.add_argument("--card", default=None, choices=list(CARDS), help="roofline figures (default: detected)")
+    parser.add_argument("--card", default=None, choices=[*CARDS, "measured"],
+                        help="roofline figures: a data sheet, or measured here (default: the detected card's data "
+                             "sheet, else measured)")
+    parser.add_argument("--predict", default=None, choices=list(CARDS),
+                        help="also the roofline of each case's forwards at the real size in bf16 on this card")
     parser.add_argument("--budget-s", type=float, default=None, help="start no new case after this many seconds")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None,
@@ -117,7 +122,10 @@ class Run:
         self.args, self.page = args, page
         self.device = torch.device(args.device)
         self.dtype = getattr(torch, args.dtype)
-        self.hardware = CARDS[args.card] if args.card else card_of(self.device)
+        self.hardware = CARDS[args.card] if args.card in CARDS else card_of(self.device)
+        if args.card == "measured" or self.hardware is None:
+            self.hardware = measured_card(self.device, self.dtype, _device_name(self.device))
+            print(f"roofline: {self.hardware.name}", flush=True)
         self.started = time.monotonic()
         self.cases: list[dict[str, Any]] = []
         self.rules: list[dict[str, Any]] = []
@@ -198,8 +206,9 @@ class Run:
             torch.cuda.empty_cache()
             self.keep({**keys, "error": "out of memory"}, self.cases)
             return
+        predict = None if self.args.predict is None else (PRESETS[model.name], CARDS[self.args.predict])
         record = _median_case(runs, config=network.config, element_bytes=torch.finfo(self.dtype).bits // 8,
-                              hardware=self.hardware, **keys)
+                              hardware=self.hardware, predict=predict, **keys)
         loop, inside, forwards = self.syncs[model.name, prompt, mode]
         record.update(loop_syncs_per_forward=loop / forwards, network_syncs_per_forward=inside / forwards)
         self.keep(record, self.cases)

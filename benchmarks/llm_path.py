@@ -80,6 +80,33 @@ def card_of(device: torch.device) -> Hardware | None:
     return next((hardware for key, hardware in CARDS.items() if key in name), None)
 
 
+def _best_seconds(work: Any, device: torch.device, repeats: int = 5) -> float:
+    work()  # warm-up
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        work()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measured_card(device: torch.device, dtype: torch.dtype, name: str) -> Hardware:
+    """Roofline figures measured on `device` where no data sheet is at hand (a CPU): the best rate of a large square
+    matmul in `dtype` as the peak, the best copy of a large buffer (read + write) as the bandwidth. Attainable
+    figures, so a forward's distance from this roofline is what the implementation leaves, not the silicon."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    flops = 2.0 * n**3 / _best_seconds(lambda: a @ b, device)
+    source = torch.empty((2**29 if device.type == "cuda" else 2**26) // 4, device=device)  # 2 GiB / 64 MiB
+    target = torch.empty_like(source)
+    bandwidth = 2 * source.numel() * 4 / _best_seconds(lambda: target.copy_(source), device)
+    label = f"{name}, measured: {flops / 1e9:,.0f} GFLOP/s {str(dtype).removeprefix('torch.')} matmul, " \
+            f"{bandwidth / 1e9:,.1f} GB/s copy"
+    return Hardware(label, flops, flops, bandwidth)
+
+
 def scaled(config: DiffusionLMConfig, width: int, layers: int) -> DiffusionLMConfig:
     """`config` at a width and depth a CPU can run: heads of the same size ratio, the real vocabulary."""
     heads = max(1, config.n_heads * width // config.d_model)
@@ -279,8 +306,11 @@ def network_for(network: DiffusionLM, mode: str, block: int) -> DiffusionLM | No
 
 
 def case_record(generation: Generation, *, model: str, prompt: int, answer: int, batch: int, mode: str,
-                config: DiffusionLMConfig, element_bytes: int, hardware: Hardware | None) -> dict[str, Any]:
-    """One (model, prompt, batch, mode) measurement as the page's JSON keeps it."""
+                config: DiffusionLMConfig, element_bytes: int, hardware: Hardware | None,
+                predict: tuple[DiffusionLMConfig, Hardware] | None = None) -> dict[str, Any]:
+    """One (model, prompt, batch, mode) measurement as the page's JSON keeps it; `predict` (a network's real
+    config and a card) adds the roofline of the same forwards at that size in bf16: the bound a scaled-down run
+    stands in for."""
     n = len(generation.forwards)
     record = {
         "model": model, "prompt": prompt, "answer": answer, "batch": batch, "mode": mode,
@@ -294,4 +324,7 @@ def case_record(generation: Generation, *, model: str, prompt: int, answer: int,
         roofline = roofline_seconds(generation.forwards, config, hardware, element_bytes)
         record.update(roofline_ms_per_forward=1e3 * roofline / n,
                       forward_over_roofline=generation.forward_seconds / roofline)
+    if predict is not None:
+        predicted = roofline_seconds(generation.forwards, *predict, element_bytes=2)
+        record.update(predicted_ms_per_forward=1e3 * predicted / n, predicted_tokens_per_s=batch * answer / predicted)
     return record

@@ -28,8 +28,19 @@ def _speedups(cases: list[dict[str, Any]]) -> dict[tuple, float]:
     return ratios
 
 
-def goal_lines(cases: list[dict[str, Any]], model: str) -> list[str]:
-    """Each goal with the measured value on `model` at prompt 512 (the smallest prompt run, if 512 was not)."""
+def _bounds(faster: dict[str, Any], none: dict[str, Any], predict: str | None) -> str:
+    """What the rooflines allow for the ratio `faster` / `none`: here, and at the real size on the predicted card."""
+    said = []
+    for key, where in (("roofline_ms_per_forward", "the roofline here allows"),
+                       ("predicted_ms_per_forward", f"at the real size in bf16 on the {predict} it allows")):
+        if faster.get(key) and none.get(key):
+            said.append(f"; {where} {none[key] / faster[key]:.2f}x")
+    return "".join(said)
+
+
+def goal_lines(cases: list[dict[str, Any]], model: str, predict: str | None = None) -> list[str]:
+    """Each goal with the measured value on `model` at prompt 512 (the smallest prompt run, if 512 was not), beside
+    what the roofline allows."""
     timed = [c for c in cases if c["model"] == model and "tokens_per_s" in c and c["batch"] == 1]
     if not timed:
         return ["- no batch-1 case was measured"]
@@ -38,17 +49,19 @@ def goal_lines(cases: list[dict[str, Any]], model: str) -> list[str]:
     lines = []
     if "none" in by_mode and "dual" in by_mode:
         ratio = by_mode["dual"]["tokens_per_s"] / by_mode["none"]["tokens_per_s"]
-        lines.append(f"- {GOALS[0]}: **{ratio:.2f}x** ({'met' if ratio >= 3 else 'not met'}; prompt {prompt})")
+        lines.append(f"- {GOALS[0]}: **{ratio:.2f}x** ({'met' if ratio >= 3 else 'not met'}; prompt {prompt}"
+                     f"{_bounds(by_mode['dual'], by_mode['none'], predict)})")
     if "dual" not in by_mode and "block" in by_mode and "none" in by_mode:  # block-causal: its exact cache instead
         ratio = by_mode["block"]["tokens_per_s"] / by_mode["none"]["tokens_per_s"]
         lines.append(f"- block-causal, so no approximate cache: block diffusion's exact cache gives **{ratio:.2f}x** "
-                     f"the tokens/s of none at equal NFE (batch 1, prompt {prompt})")
+                     f"the tokens/s of none at equal NFE (batch 1, prompt {prompt}"
+                     f"{_bounds(by_mode['block'], by_mode['none'], predict)})")
     dual = by_mode.get("dual") or by_mode.get("block")
     if dual is not None and dual.get("forward_over_roofline") is not None:
         over = dual["forward_over_roofline"]
         lines.append(f"- {GOALS[1]}: **{over:.2f}x** ({'met' if over <= 1.5 else 'not met'})")
     elif dual is not None:
-        lines.append(f"- {GOALS[1]}: no roofline (no data-sheet figures for this device)")
+        lines.append(f"- {GOALS[1]}: no roofline figures for this device")
     if dual is not None:
         whole = 1 / (1 - dual["loop_share"])
         lines.append(f"- {GOALS[2]}: **{whole:.2f}x** ({'met' if whole <= 1.2 else 'not met'})")
@@ -63,7 +76,7 @@ def _header(record: dict[str, Any], figure_name: str) -> list[str]:
         + (f", {active[name] / 1e9:.2f}B active per token)" if active.get(name, count) < count else ")")
         for name, count in record["parameters"].items())
     nfe = setup["answer"] // setup["block"] * setup["steps_per_block"]
-    roofline = record["hardware"] or "none (no data-sheet figures for this device)"
+    roofline = record["hardware"] or "none (no figures for this device)"
     commit = str(record.get("git_commit", ""))[:12]
     return [f"# The LLM path at real size: {record['device']}", "",
             f"Made by `{record['command']}` on {record['date']} (commit {commit}).", "",
@@ -79,24 +92,31 @@ def llm_path_markdown(record: dict[str, Any], cases: list[dict[str, Any]], rules
                       figure_name: str) -> list[str]:
     setup = record["setup"]
     lines = _header(record, figure_name)
+    predict = setup.get("predict")
+    bound = f"{predict} bf16 bound tokens/s"
+    if predict:
+        lines += [(f"The last column is what the roofline allows the same forwards at the network's real size in bf16 "
+                   f"on the {predict} ({setup['answer']} answer tokens x batch / the forwards' roofline time)."), ""]
     for model in record["parameters"]:
-        lines += [f"## {model}", "", "Goals:", *goal_lines(cases, model), ""]
+        lines += [f"## {model}", "", "Goals:", *goal_lines(cases, model, predict), ""]
         for prompt in sorted({c["prompt"] for c in cases if c["model"] == model}):
             rows = [c for c in cases if c["model"] == model and c["prompt"] == prompt]
             speedups = _speedups(rows)
             table = []
             for c in sorted(rows, key=lambda c: (c["batch"], MODES.index(c["mode"]))):
                 if "error" in c:
-                    table.append([c["batch"], c["mode"], c["error"], "", "", "", "", "", ""])
+                    table.append([c["batch"], c["mode"], c["error"], *[""] * (7 if predict else 6)])
                     continue
                 table.append([c["batch"], c["mode"], _number(c["tokens_per_s"], 1),
                               _number(speedups.get((model, prompt, c["batch"], c["mode"]))),
                               _number(c["ms_per_forward"]), _number(c.get("roofline_ms_per_forward")),
                               _number(c["loop_share"]), _number(c.get("loop_syncs_per_forward"), 1),
-                              _number(c["peak_gib"], 1)])
+                              _number(c["peak_gib"], 1)]
+                             + ([_number(c.get("predicted_tokens_per_s"), 0)] if predict else []))
+            header = ["batch", "cache", "tokens/s", "x none", "ms/forward", "roofline ms", "loop share",
+                      "host syncs/forward", "peak GiB", *([bound] if predict else [])]
             lines += [f"Prompt {prompt}, answer {setup['answer']}:", "",
-                      markdown_table(["batch", "cache", "tokens/s", "x none", "ms/forward", "roofline ms",
-                                      "loop share", "host syncs/forward", "peak GiB"], table, "rlrrrrrrr"), ""]
+                      markdown_table(header, table, "rl" + "r" * (len(header) - 2)), ""]
     if rules:
         lines += ["## Sampler overhead per rule", "",
                   ("One block of answer tokens after the first prompt length, cache as given: the loop share is "

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import bench_llm_path
-from benchmarks.llm_path import PRESETS, SyncCounter, random_llm, scaled
+from benchmarks.llm_path import PRESETS, SyncCounter, measured_card, random_llm, scaled
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -42,7 +42,7 @@ def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_pat
     bench_llm_path.main(["--models", "llada-8b", "fast-dllm-v2-7b", "llada2-mini", "--scale", "64,2", "--prompts", "40",
                          "--answer", "16", "--block", "8", "--steps-per-block", "2", "--batches", "1", "2",
                          "--repeats", "1", "--rules", "steps", "wino", "--rule-batches", "1", "--card", "H100",
-                         "--out", str(out)])
+                         "--predict", "H200", "--out", str(out)])
     rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
     for causal in ("fast-dllm-v2-7b", "llada2-mini"):  # no approximate cache on a block-causal network
         done = [(r["batch"], r["mode"], r["nfe_per_row"]) for r in rows if r.get("model") == causal]
@@ -57,15 +57,25 @@ def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_pat
     # a dual forward computes the block only, a plain one the whole canvas: a smaller roofline
     by_mode = {c["mode"]: c for c in cases if c["batch"] == 1}
     assert by_mode["dual"]["roofline_ms_per_forward"] < by_mode["none"]["roofline_ms_per_forward"]
+    # the same forwards at LLaDA-8B's real size on an H200: each reads at least the layers' 14 GB of bf16 weights
+    assert all(c["predicted_ms_per_forward"] > 14e9 / 4.8e12 * 1e3 for c in cases)
+    assert by_mode["dual"]["predicted_tokens_per_s"] > by_mode["none"]["predicted_tokens_per_s"]
     assert all(c["loop_syncs_per_forward"] > 0 for c in cases)
     rules = {r["rule"]: r for r in rows if "rule" in r}
     assert rules["steps"]["cache"] == "dual" and rules["wino"]["cache"] == "none"  # WINO reruns the canvas
     page = out.with_suffix(".md").read_text()
     assert "python -m benchmarks.bench_llm_path --models llada-8b" in page and "NVIDIA H100 SXM" in page
+    assert "H200 bf16 bound tokens/s" in page and "at the real size in bf16 on the H200 it allows" in page
     assert out.with_suffix(".png").stat().st_size > 0
     before = page
     bench_llm_path.main(["--page-only", "--out", str(out)])
     assert out.with_suffix(".md").read_text() == before
+
+
+def test_a_device_without_a_data_sheet_gets_its_roofline_measured():
+    card = measured_card(torch.device("cpu"), torch.float32, "CPU")
+    assert card.name.startswith("CPU, measured:") and "float32 matmul" in card.name
+    assert card.peak_flops == card.attention_peak_flops > 0 and card.memory_bandwidth > 0
 
 
 def test_revisions_page_compares_each_case_by_the_median_of_its_rounds(tmp_path):
