@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_llm_path --device cuda --repeats 1 --budget-s 420   # one device call, ~8 minutes
     python -m benchmarks.bench_llm_path --device cuda --models llada-8b --prompts 512 --batches 1 --rules
-    python -m benchmarks.bench_llm_path --scale 256,2 --prompts 512 --batches 1 8   # the same run on a CPU
+    python -m benchmarks.bench_llm_path --scale 512,4 --prompts 512 --batches 1 4 --predict H200   # on a CPU
     python -m benchmarks.bench_llm_path --page-only --out docs/results/llm_path_gpu  # re-make from <out>.jsonl
 
 Both networks are built first (31 GB in bf16), then cases run in order of importance: batch 1 for every model and
