@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -80,16 +80,23 @@ def card_of(device: torch.device) -> Hardware | None:
     return next((hardware for key, hardware in CARDS.items() if key in name), None)
 
 
-def _best_seconds(work: Any, device: torch.device, repeats: int = 5) -> float:
-    work()  # warm-up
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        work()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+def step_seconds(step: Callable[[], None], count: int, device: torch.device) -> list[float]:
+    """The time of each of `count` calls of `step`: CUDA events on a GPU (the device's time, read once at the end,
+    so the host never waits between steps), the clock on a CPU (its kernels run synchronously)."""
+    if device.type != "cuda":
+        seconds = []
+        for _ in range(count):
+            start = time.perf_counter()
+            step()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
+    for begin, end in events:
+        begin.record()
+        step()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [begin.elapsed_time(end) / 1e3 for begin, end in events]
 
 
 def measured_card(device: torch.device, dtype: torch.dtype, name: str) -> Hardware:
@@ -98,10 +105,10 @@ def measured_card(device: torch.device, dtype: torch.dtype, name: str) -> Hardwa
     figures, so a forward's distance from this roofline is what the implementation leaves, not the silicon."""
     n = 8192 if device.type == "cuda" else 2048
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    flops = 2.0 * n**3 / _best_seconds(lambda: a @ b, device)
+    flops = 2.0 * n**3 / min(step_seconds(lambda: a @ b, 6, device)[1:])  # the first warms up
     source = torch.empty((2**29 if device.type == "cuda" else 2**26) // 4, device=device)  # 2 GiB / 64 MiB
     target = torch.empty_like(source)
-    bandwidth = 2 * source.numel() * 4 / _best_seconds(lambda: target.copy_(source), device)
+    bandwidth = 2 * source.numel() * 4 / min(step_seconds(lambda: target.copy_(source), 6, device)[1:])
     label = f"{name}, measured: {flops / 1e9:,.0f} GFLOP/s {str(dtype).removeprefix('torch.')} matmul, " \
             f"{bandwidth / 1e9:,.1f} GB/s copy"
     return Hardware(label, flops, flops, bandwidth)

@@ -20,8 +20,7 @@ import ctypes
 import gc
 import re
 import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 
 from benchmarks.llm_path import PRESETS as LLM_PRESETS
-from benchmarks.llm_path import random_llm
+from benchmarks.llm_path import random_llm, step_seconds
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
 from mdmkit.models.lora import LoRA, add_lora
@@ -121,25 +120,6 @@ class PeakMemory:
             return torch.cuda.max_memory_allocated(self.device) - self.start
         high = _status_kib("VmHWM")
         return None if high is None or self.start is None else (high - self.start) * 1024
-
-
-def step_seconds(step: Callable[[], None], count: int, device: torch.device) -> list[float]:
-    """The time of each of `count` calls of `step`: CUDA events on a GPU (the device's time, read once at the end,
-    so the host never waits between steps), the clock on a CPU (its kernels run synchronously)."""
-    if device.type != "cuda":
-        seconds = []
-        for _ in range(count):
-            start = time.perf_counter()
-            step()
-            seconds.append(time.perf_counter() - start)
-        return seconds
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
-    for begin, end in events:
-        begin.record()
-        step()
-        end.record()
-    torch.cuda.synchronize(device)
-    return [begin.elapsed_time(end) / 1e3 for begin, end in events]
 
 
 @contextmanager
