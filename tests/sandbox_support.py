@@ -25,6 +25,7 @@ def _kernel_allows_namespaces() -> bool:
 
 
 FALLBACK_NS = _kernel_allows_namespaces()
+SECCOMP = os.uname().machine in ("x86_64", "aarch64")  # the architectures whose filter the sandbox installs
 
 
 def contained(mode: str) -> bool:

@@ -22,21 +22,16 @@ import tempfile
 import threading
 import time
 from functools import lru_cache
-from itertools import count
 from pathlib import Path
 
 from mdmkit.core.errors import MdmkitError
-from mdmkit.sandbox import cgroups, codec, procs
+from mdmkit.sandbox import cgroups, codec, procs, uids
 from mdmkit.sandbox.isolation import Backend, bwrap_argv, interpreter
 from mdmkit.sandbox.limits import SandboxLimits
 
 _POLL_S = 0.02
 _CHUNK = 65536
 _READY = {"ready": True}
-# Started by root, bwrap runs each program as a host uid of its own, which no account uses: RLIMIT_NPROC then
-# counts one sandbox alone, and no two sandboxes share an identity.
-_UID_BASE = 2_000_000_000
-_uids = count()
 _leaked: list[tuple[int, bytes]] = []  # processes that survived a sandbox's SIGKILL, as `procs.identities`
 _leaked_lock = threading.Lock()
 # Reads the compiled `codec` and `child` modules from the request pipe and serves (see child.py).
@@ -65,7 +60,7 @@ sys.modules["mdmkit.sandbox.child"].main(r, w)
 def _payload() -> bytes:
     here = Path(__file__).parent
     codes = [(f"mdmkit.sandbox.{name}", compile((here / f"{name}.py").read_text(), f"{name}.py", "exec"))
-             for name in ("codec", "confine", "child")]
+             for name in ("codec", "confine", "mounts", "child")]
     body = marshal.dumps(codes)
     return len(body).to_bytes(4, "big") + body
 
@@ -153,12 +148,9 @@ class Sandbox:
                   "max_processes": self.limits.max_processes, "max_file_mb": self.limits.max_file_mb,
                   "max_open_files": self.limits.max_open_files, "cpu_s": int(self.limits.timeout_s) + 2,
                   "disk_mb": self.limits.disk_mb, "workdir": self._workdir,
-                  "uid": _UID_BASE + os.getpid() % 100_000 * 1000 + next(_uids) % 1000
-                  if not self.backend.fallback and os.geteuid() == 0 else None}
+                  "uid": uids.allocate() if os.geteuid() == 0 else None}  # never host root, nor a shared uid
         self._preamble = _payload() + codec.pack(config)  # sent with the first request: one round trip
         self.protections += ["rlimits"] + ([] if self._cgroup else ["watchdog"])
-        if self.backend.fallback:
-            self.protections.append("socket-guard")
 
     # -- exchange ------------------------------------------------------------------------------------------
     def request(self, message: dict) -> dict:
@@ -176,7 +168,7 @@ class Sandbox:
         """What confines the sandbox's first process, as /proc shows it (the candidate has not run yet)."""
         members = self._members()
         if members:
-            self.protections += procs.confinement(members[-1])
+            self.protections += procs.confinement(members[-1], writable=("/tmp", "/dev/shm", self._workdir or "/tmp"))
 
     def _exchange(self, data: bytes) -> dict:
         """Send `data` (after what is left of earlier data), then wait for one reply frame; raises `Stopped`

@@ -5,7 +5,7 @@ Runs inside the sandbox on a bare interpreter (`python -I -S`), shipped as compi
 the candidate controls this interpreter completely, and whatever it sends back is only data that the trusted
 checks on the caller's side compare.
 
-The first frame on `req_fd` configures (limits, fallback, uid); once confined, the sandbox writes
+The first frame on `req_fd` configures (limits, fallback, uid, working directory); once confined, the sandbox writes
 {"ready": true} on `rep_fd`; after it, frames on `rep_fd` answer those on `req_fd` one for one:
 `load` -> {"ok": "loaded"} | {"error": kind, "message": ...}; `call` -> {"ok": value} |
 {"raised": exception name, "message": ...}.
@@ -17,7 +17,7 @@ import resource
 import sys
 import types
 
-from mdmkit.sandbox import codec, confine
+from mdmkit.sandbox import codec, confine, mounts
 
 
 def read_frame(fd):
@@ -57,23 +57,6 @@ def _limit(config):
             resource.setrlimit(getattr(resource, name), (value, value))
         except (ValueError, OSError):
             pass
-
-
-def _guard_sockets():
-    """Process fallback only: refuse internet sockets at the Python level (not a boundary: `_socket` works)."""
-    import socket
-
-    class GuardedSocket(socket.socket):
-        def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
-            if family != socket.AF_UNIX:
-                raise PermissionError("network access is disabled in the sandbox")
-            super().__init__(family, type, proto, fileno)
-
-    def denied(*args, **kwargs):
-        raise PermissionError("network access is disabled in the sandbox")
-
-    socket.socket = socket.SocketType = GuardedSocket
-    socket.create_connection = socket.create_server = denied
 
 
 _SOURCES = {}  # file name -> source, for tracebacks
@@ -159,17 +142,22 @@ def main(req_fd, rep_fd):
     config = read_frame(req_fd)
     if config is None:
         os._exit(0)
+    uid, workdir = config["uid"], config["workdir"]
     if config["fallback"]:
-        mount_private = confine.namespaces(config["workdir"], config["disk_mb"])
+        isolated = confine.namespaces()
         pid = os.fork()
         if pid:
             os.close(req_fd)
             os.close(rep_fd)
             code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             os._exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell reports it
-        mount_private()
-        _guard_sockets()
-    confine.drop_privileges(config.get("uid"))
+        if isolated:
+            mounts.private_view(workdir, config["disk_mb"], sys.base_prefix, reach=uid is not None)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        os.chdir(workdir)
+    confine.drop_privileges(uid)
+    confine.fresh_keyring()
     _limit(config)
     confine.seccomp()
     _write(rep_fd, {"ready": True})

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from mdmkit.sandbox import confine
+from mdmkit.sandbox import confine, mounts
 from mdmkit.sandbox.limits import ISOLATION_ENV, UnsafeExecutionError
 
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -78,7 +78,12 @@ def bwrap_argv(disk_mb: int, root: bool | None = None) -> list[str]:
         for parent in reversed(Path(prefix).parents[:-1]):  # searchable by the sandbox's unprivileged uid
             argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--dev", "/dev", "--size", size, "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
+    argv += ["--tmpfs", "/dev"]  # a /dev of a few devices: no /dev/zero, whose shared mappings no RSS shows
+    for name in mounts.DEVICES:
+        argv += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for name, target in mounts.LINKS:
+        argv += ["--symlink", target, f"/dev/{name}"]
+    argv += ["--size", size, "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",
              "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
              "--size", size, "--perms", "1777", "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/",
              "--chdir", "/tmp", "--"]

@@ -12,6 +12,8 @@ import os
 import signal
 import time
 
+from mdmkit.sandbox import mounts
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -105,9 +107,22 @@ def private_tmpfs_bytes(pids: list[int], paths: tuple[str, ...]) -> int:
 _NAMESPACES = (("user", "userns"), ("net", "netns"), ("pid", "pidns"), ("ipc", "ipcns"), ("mnt", "mntns"))
 
 
-def confinement(pid: int) -> list[str]:
+def read_only_outside(pid: int, writable: tuple[str, ...]) -> bool:
+    """Whether every mount `pid` sees is read-only but its private ones: the tmpfs mounts at `writable`, a
+    /proc of its own and the device nodes bound into /dev (and False if its mount table cannot be read)."""
+    try:
+        table = mounts.mount_table(pid)
+    except (OSError, ValueError, IndexError):
+        return False
+    devices = {f"/dev/{name}" for name in mounts.DEVICES}
+    return all("ro" in options.split(",") or (point in writable and fstype == "tmpfs") or point in devices
+               or (point == "/proc" and fstype == "proc") for point, fstype, options in table)
+
+
+def confinement(pid: int, writable: tuple[str, ...] = ("/tmp", "/dev/shm")) -> list[str]:
     """What confines `pid`, as the caller's /proc shows it: the namespaces it does not share with the caller, a
-    /proc of its own (another procfs instance: another device), a seccomp filter, no root uid."""
+    /proc of its own (another procfs instance: another device), every other mount read-only, a seccomp filter,
+    no root uid."""
     seen = []
     for name, label in _NAMESPACES:
         try:
@@ -120,6 +135,8 @@ def confinement(pid: int) -> list[str]:
             seen.append("private-proc")
     except OSError:
         pass
+    if "private-proc" in seen and read_only_outside(pid, writable):
+        seen.append("read-only-fs")
     try:
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
