@@ -5,8 +5,10 @@ candidate side turns any return value into JSON (`to_wire`, lenient: subclasses 
 base type, a few standard-library value types keep their identity, anything else becomes an opaque handle).
 The trusted side rebuilds values with `from_wire`, which accepts nothing but JSON's own types and the tags below
 and builds only exact built-in types (plus those standard-library types, from plain data): no object the
-candidate defined, so no `__eq__` of its own, ever reaches a comparison in the checks. An opaque handle is
-equal only to itself; passed back as an argument it becomes the candidate's object again (MBPP's `Pair(5, 24)`).
+candidate defined, so no `__eq__` of its own, ever reaches a comparison in the checks. What it builds is charged
+against a byte budget (`Budget`), ranges at their expanded size, so a small reply cannot cost the caller much
+memory. An opaque handle is equal only to itself; passed back as an argument it becomes the candidate's object
+again (MBPP's `Pair(5, 24)`).
 """
 
 import builtins
@@ -16,17 +18,56 @@ import struct
 import sys
 
 MAX_DEPTH = 64
-MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns, and the longest range rebuilt
+MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns
+# Bytes of CPython memory the trusted side may spend rebuilding one reply (the caller passes the smaller of this
+# and the program's memory limit): it rebuilds outside the sandbox's limit, and a check may expand what it gets.
+REPLY_BUDGET = 64 * 2**20
 MAX_SHARED_HASHES = 64  # keys of one set or mapping that share one hash: inserting them is quadratic in their number
 # Numbers the trusted checks may compute with in time linear in a reply: int(Decimal('1e999999999')) would take
 # forever from 14 bytes, and parsing a long digit string is quadratic (CPython's own default bound).
 MAX_INT_DIGITS = 4300
 MAX_DECIMAL_EXPONENT = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS  # the smallest integer of more than MAX_INT_DIGITS digits
 _HEADER = struct.Struct(">I")
+_POINTER = struct.calcsize("P")  # what holding one more object costs its container
 
 
 class WireError(ValueError):
     """A frame that is not plain data of the agreed shape."""
+
+
+class Budget:
+    """What rebuilding one reply may still cost the trusted side, in bytes of CPython memory.
+
+    Item counts do not bound memory: a range of 200,000 items of 4,000 digits is 50 bytes on the wire and 340 MB
+    once a check's `tuple(...)` expands it. So each rebuilt node is charged what it occupies (`sys.getsizeof`,
+    plus the pointer its container holds), and a range what expanding it would occupy.
+    """
+
+    __slots__ = ("limit", "spent")
+
+    def __init__(self, limit):
+        self.limit, self.spent = limit, 0
+
+    def take(self, value, extra=0):
+        """`value`, charged its own size plus `extra` (what it refers to that no other node was charged for)."""
+        self.spent += sys.getsizeof(value) + _POINTER + extra
+        if self.spent > self.limit:  # described only then: this runs for every node
+            name = type(value).__name__
+            self.charge(0, f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}")
+        return value
+
+    def charge(self, nbytes, what):
+        self.spent += nbytes
+        if self.spent > self.limit:
+            raise WireError(f"rebuilding the reply would take at least {_size(self.spent)} of the caller's memory "
+                            f"({what}), beyond its budget of {_size(self.limit)} per reply")
+
+
+def _size(nbytes):
+    if nbytes >= 10**18:  # a range's expanded size can have thousands of digits: no float, no str() of it
+        return f"about 10**{int((nbytes.bit_length() - 21) * 0.30103)} MB"
+    return f"{nbytes / 2**20:,.1f} MB".replace(".0 MB", " MB") if nbytes >= 2**20 // 10 else f"{nbytes:,} bytes"
 
 
 class Ref:
@@ -143,19 +184,24 @@ def _hashable(values):
     return values
 
 
-def from_wire(data, resolve=None, depth=0):
+def from_wire(data, resolve=None, budget=None, depth=0):
     """Rebuild a value from `to_wire`'s form; only exact built-in (and listed standard) types come out.
 
     `resolve(tag, value)` turns a `ref`, `handle` or `builtin` into the object (candidate side); elsewhere the
-    first two are errors and `builtin` names a built-in type.
+    first two are errors and `builtin` names a built-in type. `budget` (bytes, default REPLY_BUDGET, or a
+    `Budget`) bounds the memory the rebuilt value, its ranges expanded, may take: beyond it, a `WireError`.
     """
+    if not isinstance(budget, Budget):
+        budget = Budget(REPLY_BUDGET if budget is None else budget)
     if depth > MAX_DEPTH:
         raise WireError(f"nested deeper than {MAX_DEPTH} levels")
     kind = type(data)
-    if data is None or kind in (bool, int, float, str):
-        return data
+    if data is None or kind in (bool, float, str):
+        return budget.take(data)
+    if kind is int:
+        return budget.take(_bounded(data))
     if kind is list:
-        return [from_wire(v, resolve, depth + 1) for v in data]
+        return budget.take([from_wire(v, resolve, budget, depth + 1) for v in data])
     if kind is not dict or set(data) != {"t", "v"} or type(data["t"]) is not str:
         raise WireError(f"unexpected {kind.__name__} in a frame")
     tag, v = data["t"], data["v"]
@@ -163,63 +209,83 @@ def from_wire(data, resolve=None, depth=0):
     def items():
         if type(v) is not list:
             raise WireError(f"{tag} needs a list")
-        return [from_wire(x, resolve, depth + 1) for x in v]
+        return [from_wire(x, resolve, budget, depth + 1) for x in v]
 
     def pairs():
-        entries = items()
-        if any(type(pair) is not list or len(pair) != 2 for pair in entries):
+        if type(v) is not list or any(type(pair) is not list or len(pair) != 2 for pair in v):
             raise WireError(f"{tag} needs [key, value] pairs")
+        entries = [(from_wire(key, resolve, budget, depth + 2), from_wire(value, resolve, budget, depth + 2))
+                   for key, value in v]
         return dict(zip(_hashable([key for key, _ in entries]), (value for _, value in entries)))
 
-    if tag in ("tuple", "list", "deque", "iterator"):
-        return {"tuple": tuple, "list": list, "deque": collections.deque, "iterator": iter}[tag](items())
+    if tag in ("tuple", "list", "deque"):
+        return budget.take({"tuple": tuple, "list": list, "deque": collections.deque}[tag](items()))
+    if tag == "iterator":
+        return budget.take(iter(budget.take(items())))
     if tag == "set":  # built as a set literal is (from a frozenset), so it iterates in the same order
-        return set(frozenset(_hashable(items())))
+        return budget.take(set(frozenset(_hashable(items()))))
     if tag == "frozenset":
-        return frozenset(_hashable(items()))
-    if tag in ("dict", "OrderedDict", "Counter", "items"):
-        mapping = pairs()
-        return {"dict": dict, "OrderedDict": collections.OrderedDict, "Counter": collections.Counter,
-                "items": lambda m: m.items()}[tag](mapping)
-    if tag == "keys":
-        return dict.fromkeys(_hashable(items())).keys()
-    if tag == "values":
-        return dict(enumerate(items())).values()
+        return budget.take(frozenset(_hashable(items())))
+    if tag in ("dict", "OrderedDict", "Counter"):
+        return budget.take({"dict": dict, "OrderedDict": collections.OrderedDict,
+                            "Counter": collections.Counter}[tag](pairs()))
+    if tag in ("keys", "values", "items"):  # a view, charged the mapping behind it
+        if tag == "items":
+            mapping = pairs()
+        else:
+            mapping = dict.fromkeys(_hashable(items())) if tag == "keys" else dict(enumerate(items()))
+        return budget.take(getattr(mapping, tag)(), sys.getsizeof(mapping))
     if tag in ("ref", "handle", "builtin") and resolve is not None:
-        return resolve(tag, v)
+        return resolve(tag, v)  # an object that exists already (candidate side)
     if tag == "opaque" and type(v) is list and len(v) == 3 and type(v[0]) is str and type(v[1]) is str:
-        return Opaque(v[0][:100], v[1][:200], v[2] if type(v[2]) is int else None)
-    return _scalar(tag, v)
+        return budget.take(Opaque(v[0][:100], v[1][:200], v[2] if type(v[2]) is int else None))
+    return _scalar(tag, v, budget)
 
 
-def _scalar(tag, v):
+def _bounded(number):
+    """`number`, if it has at most MAX_INT_DIGITS digits (`unpack` bounds what JSON parses the same way)."""
+    if -_INT_BOUND < number < _INT_BOUND:
+        return number
+    raise WireError(f"an integer of more than {MAX_INT_DIGITS} digits")
+
+
+def _range(start, stop, step, budget):
+    """The range, charged what a check's `tuple(...)` or `sorted(...)` of it would build: a pointer and an int
+    per item, each int as large as the range's largest in magnitude (computed, never expanded)."""
+    span = range(start, stop, step)  # a zero step is a ValueError
+    count = max(0, (stop - start + step - (1 if step > 0 else -1)) // step)  # len() fails past sys.maxsize
+    largest = max(abs(start), abs(start + (count - 1) * step)) if count else 0
+    each = sys.getsizeof(largest) + _POINTER
+    number = f"{count:,}" if count < 10**18 else f"about 10**{int(count.bit_length() * 0.30103)}"
+    budget.charge(sys.getsizeof(span) + _POINTER + count * each, f"a range of {number} items of {each} bytes each")
+    return span
+
+
+def _scalar(tag, v, budget):
     try:
         kind = getattr(builtins, v, None) if tag == "builtin" and type(v) is str and not v.startswith("_") else None
         if isinstance(kind, type) and kind.__module__ == "builtins":
             return kind  # exact built-in types only: int, str, ... (no exec or open, no __loader__)
         if tag in ("bytes", "bytearray") and type(v) is str:
-            return (bytes if tag == "bytes" else bytearray).fromhex(v)
+            return budget.take((bytes if tag == "bytes" else bytearray).fromhex(v))
         if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
-            return complex(v[0], v[1])
+            return budget.take(complex(v[0], v[1]))  # an int part beyond a float's range is an OverflowError
         if tag == "Decimal" and type(v) is str and len(v) <= 1000:
             import decimal
 
             number = decimal.Decimal(v)
             if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
                 raise WireError(f"a Decimal of exponent {number.adjusted()}, beyond +-{MAX_DECIMAL_EXPONENT}")
-            return number
+            return budget.take(number)
         if tag == "Fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v):
             import fractions
 
-            return fractions.Fraction(v[0], v[1])
+            number = fractions.Fraction(_bounded(v[0]), _bounded(v[1]))
+            return budget.take(number, sys.getsizeof(number.numerator) + sys.getsizeof(number.denominator))
         if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v):
-            span = range(*v)  # a check's `tuple(...)` of it would fill the trusted side's memory, unbounded
-            try:
-                if len(span) <= MAX_ITEMS:
-                    return span
-            except OverflowError:  # longer than sys.maxsize
-                pass
-            return Opaque("range", f"a range of more than {MAX_ITEMS} items")
+            return _range(*map(_bounded, v), budget)
+    except WireError:
+        raise
     except (ValueError, ZeroDivisionError, ArithmeticError) as error:
         raise WireError(f"bad {tag}: {error}") from None
     raise WireError(f"unknown tag {tag[:40]!r}")

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import builtins
 import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from mdmkit.sandbox import codec
@@ -64,8 +66,9 @@ class Remote(codec.Ref):
         reply = self._box.request({"op": "call", "name": self.name, "args": codec.to_wire(list(args)),
                                    "kwargs": codec.to_wire(dict(kwargs))})
         if "ok" in reply:
+            budget = min(codec.REPLY_BUDGET, self._box.limits.memory_mb * 2**20)  # no more than the program had
             try:
-                return codec.from_wire(reply["ok"])
+                return codec.from_wire(reply["ok"], budget=budget)
             except codec.WireError as error:
                 self._box.reject(str(error))  # raises Stopped: no check can catch a protocol violation
         name = str(reply.get("raised", "?"))[:100]
@@ -134,6 +137,11 @@ def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001
         return "error", f"the checks' prelude raised {type(error).__name__}: {error}"
     namespace.update({name: Remote(name, box) for name in check.remote})
+    with _bounded_int_parsing():  # entered and left untraced: the deadline never stops it halfway
+        return _exec_tests(check, box, namespace)
+
+
+def _exec_tests(check: Check, box: Sandbox, namespace: dict) -> tuple[str, str]:
     previous = sys.gettrace()
     sys.settrace(_deadline_tracer(box, box.deadline + CHECKS_GRACE_S))
     try:
@@ -148,6 +156,34 @@ def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
     finally:
         sys.settrace(previous)
     return "passed", ""
+
+
+_digits_lock = threading.Lock()
+_digits_users = 0  # checks running now, in threads of this process (`run_many`)
+_digits_restore: int | None = None  # the process's own bound, while the checks run with a tighter one
+
+
+@contextmanager
+def _bounded_int_parsing():
+    """While any checks run, CPython's int max-str-digits bound is at most `codec.MAX_INT_DIGITS`: a check's
+    `int(candidate())` of a long digit string is quadratic in its length (seconds for 10**6 digits, in one C
+    call no deadline interrupts), and the process may have lifted the bound (PYTHONINTMAXSTRDIGITS=0). The
+    setting is process-wide, so the first checks to start set it and the last to end restore it."""
+    global _digits_users, _digits_restore
+    get = getattr(sys, "get_int_max_str_digits", None)  # Python 3.10 before 3.10.7 has no such bound
+    with _digits_lock:
+        if _digits_users == 0 and get is not None and not 0 < get() <= codec.MAX_INT_DIGITS:
+            _digits_restore = get()
+            sys.set_int_max_str_digits(codec.MAX_INT_DIGITS)
+        _digits_users += 1
+    try:
+        yield
+    finally:
+        with _digits_lock:
+            _digits_users -= 1
+            if _digits_users == 0 and _digits_restore is not None:
+                sys.set_int_max_str_digits(_digits_restore)
+                _digits_restore = None
 
 
 def _deadline_tracer(box: Sandbox, deadline: float, clock=time.monotonic):
