@@ -28,7 +28,7 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 
 # (audit arch, {name: number}) of the architectures whose system call numbers are written down here (x86-64's
 # own table; arm64 uses the generic one, which has no inotify_init).
-_ARCHES = {
+ARCHES = {
     "x86_64": (0xC000003E, {
         "mmap": 9, "shmget": 29, "socket": 41, "socketpair": 53, "clone": 56, "semget": 64, "msgget": 68,
         "mq_open": 240, "add_key": 248, "request_key": 249, "keyctl": 250, "inotify_init": 253, "unshare": 272,
@@ -109,7 +109,7 @@ def drop_privileges(uid=None):
 def fresh_keyring():
     """Join a new, empty session keyring (the caller's is inherited otherwise). False where the kernel has no
     keyrings or refuses the call; the filter refuses every keyring call to the candidate either way."""
-    number = _ARCHES.get(platform.machine(), (0, {}))[1].get("keyctl")
+    number = ARCHES.get(platform.machine(), (0, {}))[1].get("keyctl")
     return number is not None and libc().syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
 
 
@@ -139,7 +139,7 @@ def _filter(arch, numbers):
 def seccomp():
     """Install the filter (for this process and every child it will have); False where the architecture's
     system call numbers are not written down here."""
-    known = _ARCHES.get(platform.machine())
+    known = ARCHES.get(platform.machine())
     if known is None:
         return False
     program, count = _filter(*known)

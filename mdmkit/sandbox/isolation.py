@@ -4,9 +4,10 @@
 home directory, no results files, no /etc beyond the loader cache), a private size-bounded /tmp and /dev/shm as
 its only writable places, a /proc of its own with /proc/sys read-only, and new pid, network, ipc, uts and cgroup
 namespaces (and a user namespace, started by a user); it runs as an unprivileged uid, dies with its parent and
-runs in its own session. The `process` fallback is a child process with rlimits, a Python-level socket guard
-and, where the kernel allows (`confine.namespaces`), network, pid, ipc and mount namespaces with private /tmp,
-/dev/shm and /proc; it shares the rest of the caller's file system. `auto` takes bwrap when it works, refuses
+runs in its own session. The `process` fallback is a child process with rlimits and, where the kernel allows
+(`confine.namespaces`), network, pid, ipc and mount namespaces in which every mount is read-only but a private
+/tmp and /dev/shm, with a /proc and /dev of its own (`mounts`); a root caller's runs as a uid of its own. Both
+install the same seccomp filter (`confine`). `auto` takes bwrap when it works, refuses
 on a GPU node (shared machines, where a run must not be able to touch other users' files), and elsewhere falls
 back to `process` with one warning naming what that does not contain. docs/sandbox.md has the whole table.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -134,12 +136,17 @@ def fallback_namespaces() -> bool:
 def not_contained() -> str:
     """What the process fallback does not contain, for this user on this machine."""
     if fallback_namespaces():
-        return "file-system reads and writes outside /tmp wherever this user may"
-    gaps = ["file-system reads and writes anywhere this user may", "files left in /dev/shm",
-            "the caller's /proc (its environment and memory)", "setns() into the caller's namespaces"]
-    if os.geteuid() != 0:
-        gaps += ["sockets to the caller's loopback", "signals to the caller and other processes of this user",
-                 "children that setsid() and double-fork (they outlive the run)"]
+        return "file-system reads outside /tmp wherever the sandbox's uid may (every mount is read-only)"
+    root = os.geteuid() == 0
+    writes = "where every user may" if root else "anywhere this user may"
+    gaps = [f"file-system reads anywhere its uid may and writes {writes}",
+            "files left in /dev/shm", "shared /dev/zero mappings (uncounted without a cgroup)",
+            "children that setsid() and double-fork (they outlive the run)"]
+    if not root:  # a root caller's sandbox runs as a uid of its own, which reaches none of the caller's processes
+        gaps += ["the caller's /proc (its environment and memory)",
+                 "signals to the caller and other processes of this user"]
+    if platform.machine() not in confine.ARCHES:
+        gaps.append("sockets to the caller's loopback (no seccomp filter for this architecture)")
     return "; ".join(gaps)
 
 

@@ -51,7 +51,7 @@ class ExecutionResult:
     """Outcome of one program. `status`: passed | failed | error | timeout | killed; `reason` says why.
 
     `isolation` names the backend that ran it (bwrap | process) and `protections` what held around it, e.g.
-    ("bwrap", "cgroup") or ("netns", "pidns", "socket-guard", "rlimits", "watchdog").
+    ("bwrap", "cgroup", ..., "read-only-fs", "seccomp", "non-root") or ("rlimits", "watchdog", "netns", ...).
     """
 
     passed: bool
