@@ -276,3 +276,28 @@ def test_no_program_watches_file_activity_on_the_bound_host_directories(mode):
     assert result.passed, result.reason
     if SECCOMP:
         assert "refused 1" in result.stdout, result.stdout
+
+
+# --- the limits themselves ------------------------------------------------------------------------------------
+
+def test_threads_probing_for_cgroups_at_once_all_find_them():
+    """run_many's first sandboxes start together: their probes clashed, and a run went on without a cgroup
+    (the watchdog alone) whenever the losing thread's answer was the one cached."""
+    import threading
+
+    place, why = cgroups.parent()
+    if place is None:
+        pytest.skip(f"no cgroup here: {why}")
+    probes = []
+    barrier = threading.Barrier(8)
+
+    def probe():
+        barrier.wait()
+        probes.append(cgroups._creatable(place.memory))
+
+    threads = [threading.Thread(target=probe) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert probes == [""] * 8, probes

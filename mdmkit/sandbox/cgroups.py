@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,8 @@ def _own(controller: str) -> Path | None:
 
 
 def _creatable(base: Path) -> str:
-    probe = base / f"mdmkit-probe-{os.getpid()}"
+    # One name per thread: run_many's first sandboxes probe at once, and a clash read as "no cgroup here".
+    probe = base / f"mdmkit-probe-{os.getpid()}-{threading.get_ident()}"
     try:
         probe.mkdir()
         probe.rmdir()

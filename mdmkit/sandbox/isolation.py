@@ -82,7 +82,7 @@ def bwrap_argv(disk_mb: int, root: bool | None = None) -> list[str]:
         argv += ["--ro-bind", prefix, prefix]
     argv += ["--tmpfs", "/dev"]  # a /dev of a few devices: no /dev/zero, whose shared mappings no RSS shows
     for name in mounts.DEVICES:
-        argv += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+        argv += ["--dev-bind-try", f"/dev/{name}", f"/dev/{name}"]
     for name, target in mounts.LINKS:
         argv += ["--symlink", target, f"/dev/{name}"]
     argv += ["--size", size, "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc",

@@ -103,7 +103,7 @@ def _fresh_dev(size):
     stage = "/tmp/.dev"
     os.mkdir(stage)
     _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-    for name in DEVICES:
+    for name in filter(lambda name: os.path.exists(f"/dev/{name}"), DEVICES):
         open(f"{stage}/{name}", "w").close()
         _mount(f"/dev/{name}", f"{stage}/{name}", None, MS_BIND)
     for name, target in LINKS:
