@@ -89,7 +89,7 @@ def isolation_line() -> str:
     return describe_isolation()
 
 
-def render(runs: dict[str, dict], baseline: str | None) -> list[str]:
+def render(runs: dict[str, dict], baseline: str | None, page: Page) -> list[str]:
     intro = ("HumanEval (164 canonical solutions) and MBPP (all 974 reference solutions) scored end to end "
              "through `CodeTask.score`: wall time / programs, median [min-max] over trials. `x before` is the "
              f"ratio to the run labelled `{baseline}` at the same number of workers (goal: <= 2x).")
@@ -106,7 +106,7 @@ def render(runs: dict[str, dict], baseline: str | None) -> list[str]:
                           f"{r['ms_per_program']:.1f} [{r['ms_min']:.1f}-{r['ms_max']:.1f}]", ratio])
     lines.append(markdown_table(["run", "benchmark", "workers", "passed", "ms / program", "x before"], table,
                                 "lllrrr"))
-    lines.append("")
+    lines += ["", f"![ms per program]({page.name('.png')})", ""]
     for label, run in runs.items():
         commit = run.get("git_commit") or "not recorded (see the note)"
         lines.append(f"- `{label}`: {run['isolation']}; {run['machine']}, commit {commit}, {run['date']}; "
@@ -117,6 +117,30 @@ def render(runs: dict[str, dict], baseline: str | None) -> list[str]:
                  "machine is shared, so trials vary: runs made with `--append` in alternation (one trial of each "
                  "label per round) compare fairly.")
     return lines
+
+
+def figure(runs: dict[str, dict]):
+    """Each run's ms per program (median bar, min-max whisker) by benchmark and number of workers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(r["benchmark"], r["workers"]) for run in runs.values() for r in run["rows"]})
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    width = 0.8 / max(1, len(runs))
+    for i, (label, run) in enumerate(runs.items()):
+        rows = {(r["benchmark"], r["workers"]): r for r in run["rows"]}
+        shown = [(k, rows[key]) for k, key in enumerate(keys) if key in rows]
+        ms = [r["ms_per_program"] for _, r in shown]
+        spread = [[m - r["ms_min"] for m, (_, r) in zip(ms, shown)], [r["ms_max"] - m for m, (_, r) in zip(ms, shown)]]
+        ax.bar([k + i * width for k, _ in shown], ms, width, yerr=spread, capsize=3, label=label)
+    ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(keys))],
+                  [f"{name}\n{w} worker{'s' if w > 1 else ''}" for name, w in keys])
+    ax.set_ylabel("ms per program")
+    ax.legend()
+    fig.tight_layout()
+    return fig
 
 
 def _reproducing(argv: list[str]) -> list[str]:
@@ -160,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     path = page.file(".json")
     runs = json.loads(path.read_text())["runs"] if path.exists() else {}
     if args.render:
-        print("wrote " + ", ".join(map(str, page.write(markdown=render(runs, args.baseline)))))
+        written = page.write(markdown=render(runs, args.baseline, page), figure=figure(runs))
+        print("wrote " + ", ".join(map(str, written)))
         return
     earlier = runs.get(label, {}).get("rows", []) if args.append else []
     rows = measure(workloads(args.quick), args.workers, repeats, earlier)
@@ -170,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     trials = len(rows[0]["trials_ms"]) if rows else 0
     runs[label] = {"rows": rows, "isolation": isolation_line(), "repeats": trials, "note": args.note,
                    "command": command_line(__file__, _reproducing(argv)), **stamp()}
-    written = page.write(data={"runs": runs}, markdown=render(runs, args.baseline))
+    written = page.write(data={"runs": runs}, markdown=render(runs, args.baseline, page), figure=figure(runs))
     print("wrote " + ", ".join(map(str, written)))
 
 

@@ -34,7 +34,7 @@ _CHUNK = 65536
 _READY = {"ready": True}
 _leaked: list[tuple[int, bytes]] = []  # processes that survived a sandbox's SIGKILL, as `procs.identities`
 _leaked_lock = threading.Lock()
-# Reads the compiled `codec` and `child` modules from the request pipe and serves (see child.py).
+# Reads the compiled sandbox-side modules (`_payload`) from the request pipe and serves (see child.py).
 _BOOT = """import marshal, os, sys, types
 r, w = int(sys.argv[1]), int(sys.argv[2])
 def rd(n):
@@ -168,7 +168,8 @@ class Sandbox:
         """What confines the sandbox's first process, as /proc shows it (the candidate has not run yet)."""
         members = self._members()
         if members:
-            self.protections += procs.confinement(members[-1], writable=("/tmp", "/dev/shm", self._workdir or "/tmp"))
+            writable = tuple(filter(None, ("/tmp", "/dev/shm", self._workdir)))
+            self.protections += procs.confinement(members[-1], writable)
 
     def _exchange(self, data: bytes) -> dict:
         """Send `data` (after what is left of earlier data), then wait for one reply frame; raises `Stopped`

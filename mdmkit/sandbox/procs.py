@@ -119,10 +119,10 @@ def read_only_outside(pid: int, writable: tuple[str, ...]) -> bool:
                or (point == "/proc" and fstype == "proc") for point, fstype, options in table)
 
 
-def confinement(pid: int, writable: tuple[str, ...] = ("/tmp", "/dev/shm")) -> list[str]:
+def confinement(pid: int, writable: tuple[str, ...]) -> list[str]:
     """What confines `pid`, as the caller's /proc shows it: the namespaces it does not share with the caller, a
-    /proc of its own (another procfs instance: another device), every other mount read-only, a seccomp filter,
-    no root uid."""
+    /proc of its own (another procfs instance: another device), every mount read-only but its own at
+    `writable`, a seccomp filter, no root uid."""
     seen = []
     for name, label in _NAMESPACES:
         try:
