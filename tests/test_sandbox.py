@@ -79,7 +79,8 @@ def test_auto_falls_back_with_one_notice_and_refuses_where_it_must(monkeypatch, 
     notice = capsys.readouterr().err.splitlines()
     assert backends == [isolation.PROCESS] * 3 and len(notice) == 1  # one line, however many programs
     assert notice[0].startswith("mdmkit sandbox: bwrap is not installed; generated code runs in the weaker process "
-                                "sandbox, which does NOT contain: file-system reads and writes")
+                                "sandbox, which does NOT contain: file-system reads")
+    assert notice[0].endswith(f"{isolation.not_contained()} (docs/sandbox.md)")
     with pytest.raises(UnsafeExecutionError, match="isolation=bwrap, but bwrap is not installed"):
         isolation.resolve("bwrap")
     monkeypatch.setattr(isolation, "gpu_node", lambda: True)  # shared GPU nodes: no silent fallback
