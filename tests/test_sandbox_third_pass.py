@@ -131,6 +131,22 @@ def test_a_thousand_and_one_sandboxes_of_a_root_caller_never_share_a_uid(mode):
     assert len({uid for uid, _ in ids}) == 1001
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT_USER, reason="only a root caller hands its sandboxes host uids (a user's keep its own)")
+def test_two_evaluations_at_once_never_share_a_uid(mode):
+    """Two processes of 1,001 programs each, at the same time, as two evaluations or torchrun ranks would."""
+    code = ("import os, sys\nos.environ['MDMKIT_ALLOW_CODE_EXECUTION'] = '1'\n"
+            "from mdmkit.sandbox import SandboxLimits, run_many\n"
+            "results = run_many(['import os\\nprint(os.getuid())\\n'] * 1001, "
+            f"SandboxLimits(isolation={mode!r}, timeout_s=30.0), workers=1, progress=False)\n"
+            "print(*[r.stdout.strip() or r.reason for r in results])\n")
+    runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            for _ in range(2)]
+    drawn = [run.communicate(timeout=1800)[0].split() for run in runs]
+    assert all(run.returncode == 0 for run in runs) and all(len(d) == 1001 for d in drawn), drawn
+    assert len(set(drawn[0]) | set(drawn[1])) == 2002 and all(uid.isdigit() for uid in drawn[0] + drawn[1])
+
+
 def test_the_uid_counter_hands_out_each_uid_once_across_threads_and_processes(tmp_path, monkeypatch):
     monkeypatch.setenv(uids.STATE_ENV, str(tmp_path))
     code = "from mdmkit.sandbox import uids\nprint(*[uids.allocate() for _ in range(3000)])\n"
