@@ -246,6 +246,25 @@ def test_memory_that_no_resident_size_shows_is_refused_or_killed(mode, limiter, 
         assert result.stdout.count("refused 2") == processes, result.stdout  # no /dev/zero in its /dev
 
 
+@pytest.mark.skipif(not SECCOMP, reason=f"no seccomp filter for {MACHINE}")
+def test_every_call_the_filter_lists_is_refused_with_eperm(mode):
+    """Each listed call, made with null arguments (harmless where allowed: EFAULT, EINVAL or a fresh object of the
+    sandbox's own), answers EPERM. fanotify_init answers EPERM to any unprivileged caller anyway."""
+    from mdmkit.sandbox import confine
+
+    numbers = confine.ARCHES[MACHINE][1]
+    calls = {name: numbers[name] for name in confine.REFUSED if name in numbers}
+    program = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"for name, number in {calls!r}.items():\n"
+        "    result, code = libc.syscall(number, 0, 0, 0, 0, 0), ctypes.get_errno()\n"
+        "    print(name, 'EPERM' if result < 0 and code == 1 else f'answered:{result},errno:{code}')\n"
+    )
+    result = run(mode, program)
+    assert result.passed, result.reason
+    assert result.stdout.split() == [word for name in calls for word in (name, "EPERM")], result.stdout
+
+
 # --- the fallback as root: host writes, kernel settings, cgroups ----------------------------------------------
 
 def test_no_program_writes_host_files_kernel_settings_or_cgroup_membership(mode, marker):
