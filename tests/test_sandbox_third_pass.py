@@ -180,6 +180,9 @@ def test_the_uid_counter_names_its_setting_when_it_cannot_be_kept(tmp_path, monk
     monkeypatch.setenv(uids.STATE_ENV, str(blocker / "below"))
     with pytest.raises(uids.UnsafeExecutionError, match=uids.STATE_ENV):
         uids.allocate()
+    if ROOT_USER:  # once, before any program runs, not once a program
+        with pytest.raises(uids.UnsafeExecutionError, match=uids.STATE_ENV):
+            run_many(["pass\n"] * 3, limits("process"), progress=False)
 
 
 # --- memory a watchdog cannot see -----------------------------------------------------------------------------

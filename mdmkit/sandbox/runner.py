@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from mdmkit.core.config import require
 from mdmkit.core.progress import progress_bar
+from mdmkit.sandbox import uids
 from mdmkit.sandbox.isolation import Backend, resolve
 from mdmkit.sandbox.limits import ExecutionResult, SandboxLimits, check_allowed
 from mdmkit.sandbox.verdict import Check, run_check
@@ -17,10 +19,14 @@ def _as_check(program: Check | str) -> Check:
 
 
 def backend_for(limits: SandboxLimits, allow: bool = False) -> Backend:
-    """The backend that runs programs under `limits`, or `UnsafeExecutionError` now: without the opt-in, or
-    without bwrap where it is asked for or needed (a GPU node). Callers check it before work they would lose."""
+    """The backend that runs programs under `limits`, or `UnsafeExecutionError` now: without the opt-in,
+    without bwrap where it is asked for or needed (a GPU node), or, for root, without the machine's uid counter.
+    Callers check it before work they would lose."""
     check_allowed(allow)
-    return resolve(limits.isolation)
+    backend = resolve(limits.isolation)
+    if os.geteuid() == 0:
+        uids.allocate()  # a root caller's sandboxes each draw a uid: a counter that cannot be kept refuses now
+    return backend
 
 
 def run_program(
