@@ -4,7 +4,7 @@
     python -m benchmarks.bench_sandbox --mode bwrap               # this checkout, bubblewrap isolation
     python -m benchmarks.bench_sandbox --mode process             # this checkout, the process fallback
     python -m benchmarks.bench_sandbox --mode bwrap --quick       # smoke run (40 programs each, 1 repeat)
-    python -m benchmarks.bench_sandbox --render                   # only re-make the markdown
+    python -m benchmarks.bench_sandbox --render                   # only re-make the page (markdown, figure)
 
 On a shared machine, alternate the labels with `--repeats 1 --append` in rounds (the page's numbers were made
 so, the `before` label from a copy of the previous commit with this script copied in).
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--note", default="", help="a sentence added to the run's line on the page")
     parser.add_argument("--append", action="store_true",
                         help="add the trials to the label's earlier ones (to interleave runs of several labels)")
-    parser.add_argument("--render", action="store_true", help="only re-make the markdown from <out>.json")
+    parser.add_argument("--render", action="store_true", help="only re-make the page from <out>.json")
     parser.add_argument("--out", type=Path, default=Path("docs/results/sandbox_overhead"))
     args = parser.parse_args(argv)
     if args.mode:

@@ -7,8 +7,8 @@ $MDMKIT_SANDBOX_STATE_DIR (default /run/mdmkit), read and advanced under an excl
 evaluations, torchrun ranks or threads never draw the same uid. Each process reserves a block of
 `BLOCK` at a time (a fork reserves its own). The range holds 2**31 uids: a uid comes round again only after
 2**31 later sandboxes on the machine, and then only if no process runs as it. Nothing else of a sandbox
-outlives it under its uid: keyrings are refused to it, System V and POSIX IPC objects too, and it can write
-files only to tmpfs mounts that end with it (docs/sandbox.md).
+outlives it under its uid: keyrings are refused to it, System V and POSIX IPC objects too, and with its mount
+namespace it writes files only to tmpfs mounts that end with it (docs/sandbox.md).
 """
 
 from __future__ import annotations
