@@ -62,3 +62,21 @@ def leftovers(marker: str) -> list[int]:
 
 def sleeper(marker: str, seconds: int = 30) -> str:
     return f"os.execv('/bin/sleep', [{marker!r}, '{seconds}'])"
+
+
+def held_together(body: str, processes: int, marker: str, prelude: str, wait_s: float) -> str:
+    """A program of `processes` processes that each run `body` (after `prelude`), print `held` or `refused
+    <errno>`, then wait (at most `wait_s`) until all have tried, so that what they hold is held at once. Each
+    leaves `/tmp/<marker>-tried-<pid>`: the caller removes them where the sandbox's /tmp is the machine's."""
+    indented = "\n".join("    " + line for line in body.splitlines())
+    return (
+        f"import os, time\n{prelude}marker = {marker!r}\n"
+        f"for _ in range({processes - 1}):\n    if os.fork() == 0:\n        break\n"
+        f"try:\n{indented}\n    print('held', flush=True)\n"
+        "except OSError as e:\n    print('refused', e.errno, flush=True)\n"
+        "open(f'/tmp/{marker}-tried-{os.getpid()}', 'w').close()\n"
+        f"deadline = time.monotonic() + {wait_s}\n"
+        f"while (sum(n.startswith(f'{{marker}}-tried-') for n in os.listdir('/tmp')) < {processes}\n"
+        "       and time.monotonic() < deadline):\n"
+        "    time.sleep(0.02)\n"
+    )

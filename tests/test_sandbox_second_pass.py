@@ -12,7 +12,7 @@ import os
 import subprocess
 
 import pytest
-from sandbox_support import FALLBACK_NS, ROOT_USER, contained, limits, run
+from sandbox_support import FALLBACK_NS, ROOT_USER, contained, held_together, limits, run
 
 from mdmkit.sandbox import Check, channel, codec, run_many
 
@@ -59,19 +59,7 @@ HIDDEN_MEMORY = {  # each of four processes tries to hold 100 MB (10 x 10 MB) ag
 
 @pytest.mark.parametrize("kind", HIDDEN_MEMORY)
 def test_memory_that_no_resident_size_shows_is_refused_or_counted(mode, kind, marker):
-    body = "\n".join("        " + line for line in HIDDEN_MEMORY[kind].splitlines())
-    program = (
-        f"import os, time\nblock = b'x' * 10 * 2**20\nmarker = {marker!r}\n"
-        "for _ in range(3):\n    if os.fork() == 0:\n        break\n"
-        f"try:\n    if True:\n{body}\n    print('held', flush=True)\n"
-        "except OSError as e:\n    print('refused', e.errno, flush=True)\n"
-        # hold on until all four have tried (at most 3 s), so their memory is held at once
-        "open(f'/tmp/{marker}-tried-{os.getpid()}', 'w').close()\n"
-        "deadline = time.monotonic() + 3\n"
-        "while (sum(name.startswith(f'{marker}-tried-') for name in os.listdir('/tmp')) < 4\n"
-        "       and time.monotonic() < deadline):\n"
-        "    time.sleep(0.02)\n"
-    )
+    program = held_together(HIDDEN_MEMORY[kind], 4, marker, "block = b'x' * 10 * 2**20\n", wait_s=3)
     result = run(mode, program, timeout_s=6.0, memory_mb=256, disk_mb=64, max_processes=4096)
     held = result.stdout.count("held")
     for path in glob.glob(f"/tmp/{marker}-tried-*"):  # left on the machine's /tmp where none is private

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import FALLBACK_NS, ROOT, ROOT_USER, SECCOMP, contained, limits, run
+from sandbox_support import FALLBACK_NS, ROOT, ROOT_USER, SECCOMP, contained, held_together, limits, run
 
 from mdmkit.sandbox import cgroups, run_many, uids
 
@@ -222,19 +222,7 @@ def limiter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize("kind", HIDDEN)
 def test_memory_that_no_resident_size_shows_is_refused_or_killed(mode, limiter, kind, marker):
     processes, per_mb, body = HIDDEN[kind]
-    indented = "\n".join("    " + line for line in body.splitlines())
-    program = (
-        f"import os, time\nsize = {per_mb} * 2**20\nmarker = {marker!r}\n"
-        f"for _ in range({processes - 1}):\n    if os.fork() == 0:\n        break\n"
-        f"try:\n{indented}\n    print('held', flush=True)\n"
-        "except OSError as e:\n    print('refused', e.errno, flush=True)\n"
-        # hold on until every process has tried (at most 4 s), so that their memory is held at once
-        "open(f'/tmp/{marker}-tried-{os.getpid()}', 'w').close()\n"
-        "deadline = time.monotonic() + 4\n"
-        f"while (sum(n.startswith(f'{{marker}}-tried-') for n in os.listdir('/tmp')) < {processes}\n"
-        "       and time.monotonic() < deadline):\n"
-        "    time.sleep(0.02)\n"
-    )
+    program = held_together(body, processes, marker, f"size = {per_mb} * 2**20\n", wait_s=4)
     result = run(mode, program, timeout_s=8.0, memory_mb=256, max_processes=4096, max_open_files=64)
     for path in Path("/tmp").glob(f"{marker}-tried-*"):  # on the machine's /tmp where none is private
         path.unlink()
