@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import FIXTURE_LOGITS, ROOT
 from tiny_text_models import sharded_copy
 
 from mdmkit.core.errors import CheckpointError
@@ -51,7 +51,7 @@ def data() -> dict[str, torch.Tensor]:
 
 
 def assert_logits(ours: torch.Tensor, raw: torch.Tensor) -> None:
-    torch.testing.assert_close(ours, shifted(raw), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours, shifted(raw), **FIXTURE_LOGITS)
 
 
 @torch.no_grad()
@@ -75,7 +75,7 @@ def test_the_prefix_cache_and_a_cached_block_equal_the_remote_codes(network, dat
     assert cache.length == 32
     assert_logits(block, data["logits_cached_block"])
     assert_logits(block, data["logits_blockcache_full"])
-    torch.testing.assert_close(block, shifted(data["logits_bs32"][:, 32:]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(block, shifted(data["logits_bs32"][:, 32:]), **FIXTURE_LOGITS)
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import FIXTURE_LOGITS, ROOT
 from tiny_text_models import sharded_copy
 
 from mdmkit import api
@@ -71,20 +71,20 @@ def test_logits_and_router_outputs_equal_the_remote_codes(reference) -> None:
     kind, network, data = reference
     ids = data["input_ids"]
     if kind == "llada_moe":
-        torch.testing.assert_close(network(ids), data["logits_full"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(network(ids), data["logits_full"], **FIXTURE_LOGITS)
     else:  # its generate's call: the block-causal mask of blocks of 32 (and of 8), positions 0..L-1
-        torch.testing.assert_close(network(ids), data["logits_block32"], atol=1e-5, rtol=0)
-        torch.testing.assert_close(network(ids[:, :32]), data["logits_block32_window32"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(network(ids), data["logits_block32"], **FIXTURE_LOGITS)
+        torch.testing.assert_close(network(ids[:, :32]), data["logits_block32_window32"], **FIXTURE_LOGITS)
         network.config.attention_block = 8
         try:
-            torch.testing.assert_close(network(ids), data["logits_block8"], atol=1e-5, rtol=0)
+            torch.testing.assert_close(network(ids), data["logits_block8"], **FIXTURE_LOGITS)
         finally:
             network.config.attention_block = 32
     chosen, weights, logits = network.blocks[1].mlp.route(routed_input(network, 1, ids))
     shape = data["router_topk_experts_layer1"].shape
-    torch.testing.assert_close(logits.view(*shape[:2], -1), data["router_logits_layer1"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits.view(*shape[:2], -1), data["router_logits_layer1"], **FIXTURE_LOGITS)
     assert torch.equal(chosen.view(shape), data["router_topk_experts_layer1"].long())
-    torch.testing.assert_close(weights.view(shape), data["router_topk_weights_layer1"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(weights.view(shape), data["router_topk_weights_layer1"], **FIXTURE_LOGITS)
 
 
 @torch.no_grad()
@@ -93,9 +93,9 @@ def test_llada_moe_attends_to_padding_and_honours_position_ids_as_its_code_does(
     if kind != "llada_moe":
         pytest.skip("LLaDA-MoE's mask behaviour")
     padded, keep = data["input_ids_padded"], data["keep"]
-    torch.testing.assert_close(network(padded, keep[:, None, None, :]), data["logits_padded"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(network(padded, keep[:, None, None, :]), data["logits_padded"], **FIXTURE_LOGITS)
     torch.testing.assert_close(network(padded, positions=data["position_ids_padded"]),
-                               data["logits_padded_posids"], atol=1e-5, rtol=0)
+                               data["logits_padded_posids"], **FIXTURE_LOGITS)
 
 
 @torch.no_grad()
@@ -110,11 +110,11 @@ def test_llada2s_other_mask_paths_are_the_same_network_under_their_pattern(refer
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     network.config.attention_block = None
     try:
-        torch.testing.assert_close(network(ids), data["logits_nomask"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(network(ids), data["logits_nomask"], **FIXTURE_LOGITS)
     finally:
         network.config.attention_block = 32
     padded = network(data["input_ids_padded"], causal[None, None] & keep[:, None, None, :])
-    torch.testing.assert_close(padded[keep], data["logits_pad2d"][keep], atol=1e-5, rtol=0)  # real tokens
+    torch.testing.assert_close(padded[keep], data["logits_pad2d"][keep], **FIXTURE_LOGITS)  # real tokens
     torch.testing.assert_close(network(ids, causal), data["logits_eager_nomask"], atol=5e-5, rtol=0)  # eager kernel
 
 
