@@ -43,7 +43,7 @@ from mdmkit import api
 from mdmkit.analysis.pages import Page, command_line, run_script, stamp
 from mdmkit.core.config import option
 from mdmkit.core.errors import MdmkitError
-from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
 
 
 @dataclass

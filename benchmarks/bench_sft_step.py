@@ -28,7 +28,7 @@ import torch
 
 from benchmarks.sft_step import CASES, PRESETS, Setup, measure_case, parameter_count, sft_batch
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
-from mdmkit.models.lora import LORA_TARGETS
+from mdmkit.models.llm.lora import LORA_TARGETS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -108,7 +108,7 @@ def markdown(record: dict[str, Any], rows: list[dict[str, Any]], figure_name: st
          "(t ~ U(0.001, 1) per row, answer tokens masked with probability t, cross-entropy / t / answer length), "
          "backward, gradients clipped at norm 1, AdamW over the trained weights, gradients cleared. LoRA: "
          f"rank {setup['lora_r']}, alpha 32 on {', '.join(LORA_TARGETS)} of every block, every other weight "
-         "frozen (`mdmkit.models.lora.add_lora`). Precision: "
+         "frozen (`mdmkit.models.llm.lora.add_lora`). Precision: "
          + ("bf16 autocast; " if bf16 else "float32, no autocast; ") + weights + "."), "",
         (f"tokens/s: batch x length over the median of {setup['steps']} timed steps (after the first and "
          f"{setup['warmup']} warm-up steps), every token counted. Peak memory: {memory}, which builds its own "

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from mdmkit.analysis.pages import stamp
-from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
 from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, Sampler, StepsSampler
 
 MODES = ("none", "prefix", "dual")  # the masked loop's cache modes

@@ -31,8 +31,8 @@ import torch
 
 from benchmarks.llm_roofline import Forward, forward_seconds
 from benchmarks.roofline import Hardware
-from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
-from mdmkit.models.moe import MoEConfig
+from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llm.moe import MoEConfig
 from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
 from mdmkit.samplers.protocol import Sampler
 

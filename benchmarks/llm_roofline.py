@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchmarks.roofline import Hardware, ModelShape, attention_time, matmul_time
-from mdmkit.models.llada_dream import DiffusionLMConfig
+from mdmkit.models.llm.diffusion_lm import DiffusionLMConfig
 
 
 @dataclass

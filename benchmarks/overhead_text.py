@@ -79,7 +79,7 @@ def _tiny_bert(vocab_size: int = 400, max_positions: int = 4608) -> tuple[torch.
     """lm-eval's test model: a random 2-layer, 32-wide BERT through mdmkit's Hugging Face adapter."""
     import transformers
 
-    from mdmkit.models.hf import HFMaskedDiffusion
+    from mdmkit.models.llm.hf import HFMaskedDiffusion
 
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,

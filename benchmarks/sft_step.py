@@ -4,7 +4,7 @@ The network is mdmkit's `DiffusionLM` with seeded random weights made directly o
 (`benchmarks.llm_path.random_llm`: no download, no float32 copy on the host when the weights are bf16). A step is
 the one `SFTModule` takes under Lightning in `experiment=llada_sft`: LLaDA's SFT loss (`MaskedDiffusionLoss(
 stratified=False)`) through the network, backward, gradients clipped at norm 1, AdamW over the trainable
-parameters (`OptimConfig().adamw`), gradients cleared. LoRA is `mdmkit.models.lora.add_lora`, as `sft.lora_r`
+parameters (`OptimConfig().adamw`), gradients cleared. LoRA is `mdmkit.models.llm.lora.add_lora`, as `sft.lora_r`
 adds it, and gradient checkpointing is `DiffusionLM.gradient_checkpointing`, as `sft.gradient_checkpointing` sets it.
 
 Each case builds its own network inside its memory window, so its peak holds everything a step needs: weights,
@@ -31,8 +31,8 @@ import torch
 from benchmarks.llm_path import PRESETS as LLM_PRESETS
 from benchmarks.llm_path import random_llm, step_seconds
 from mdmkit.core.seeding import seeded_generator
-from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
-from mdmkit.models.lora import LoRA, add_lora
+from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llm.lora import LoRA, add_lora
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 from mdmkit.training.optim import OptimConfig
 

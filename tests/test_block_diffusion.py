@@ -36,7 +36,7 @@ PROMPTS = [[5, 17, 230, 41, 99, 7, 310, 12, 600], [8, 3], list(range(40, 61))]  
 
 @cache
 def network():
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     return load_diffusion_lm(FIXTURE, "fast_dllm_v2", mask_id=MASK_ID)
 
@@ -109,7 +109,7 @@ def test_the_exact_cache_gives_what_a_full_forward_over_the_prefix_gives() -> No
                                     rule=ThresholdSampler(tau=1.0))
     cached = api.fill(net, [prompt], sampler, 12, MASK_ID).tokens[0].tolist()
     x = torch.tensor([prompt + [MASK_ID] * 12])
-    from mdmkit.models.llada_dream import block_causal_mask
+    from mdmkit.models.llm.diffusion_lm import block_causal_mask
 
     while (x == MASK_ID).any():
         first = int((x[0] == MASK_ID).nonzero()[0])
@@ -137,7 +137,7 @@ def test_what_cannot_run_in_a_block_is_one_line() -> None:
         BlockDiffusionSampler(sub_block=3)
     # block diffusion decodes block-causal networks only; the masked loop's approximate caches bidirectional ones
     from mdmkit.core.errors import CapabilityError
-    from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
+    from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
 
     bidirectional = DiffusionLM(DiffusionLMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2,
                                                   mlp_hidden=32, mask_id=49))

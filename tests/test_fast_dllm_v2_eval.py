@@ -19,7 +19,7 @@ from conftest import BENCHMARK_DATA, ROOT, compose_config, run_cli
 from omegaconf import open_dict
 from tiny_text_models import CHAT_TOKENS, native_checkpoint_dir
 
-from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
 
 FIXTURE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models")) / "fast_dllm_v2"
 needs_model = pytest.mark.skipif(not (FIXTURE / "model.safetensors").is_file(),

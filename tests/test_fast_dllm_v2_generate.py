@@ -51,7 +51,7 @@ def name(run: dict) -> str:
 
 @cache
 def network():
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     return load_diffusion_lm(FIXTURE, "fast_dllm_v2", mask_id=MASK_ID)
 

@@ -28,7 +28,7 @@ CASES = json.loads(FIXTURE.read_text())["cases"] if FIXTURE.is_file() else []
 
 @cache
 def network():
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     return load_diffusion_lm(REFERENCE, "llada")
 

@@ -14,7 +14,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from mdmkit.core.errors import CheckpointError
 from mdmkit.core.stopping import AnswerBudget, AnyStop, StopCondition
-from mdmkit.models.hf import HFMaskedDiffusion, load_causal_lm, load_masked_diffusion
+from mdmkit.models.llm.hf import HFMaskedDiffusion, load_causal_lm, load_masked_diffusion
 from mdmkit.samplers import (
     DreamStepsSampler,
     EBSampler,
@@ -187,7 +187,7 @@ def test_llada_and_dream_checkpoints_without_a_tokenizer_fail_before_the_weights
     # LLaDA and Dream load into mdmkit's own network (tests/test_native_llms.py checks it against the hub code);
     # their config and tokenizer are read first, so a directory without them fails in one line before any weight.
     read = []
-    monkeypatch.setattr("mdmkit.models.hf.load_diffusion_lm", lambda *args: read.append(args))
+    monkeypatch.setattr("mdmkit.models.llm.hf.load_diffusion_lm", lambda *args: read.append(args))
     (tmp_path / "model").mkdir()
     for kind in ("llada", "dream"):
         with pytest.raises(CheckpointError, match="no config.json"):  # the tokenizer: test_native_llms.py

@@ -36,7 +36,7 @@ MASK_ID = 1023
 
 @cache
 def network(dtype: torch.dtype = torch.float32):
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     return load_diffusion_lm(FIXTURE, "llada2", mask_id=MASK_ID, dtype=dtype)
 
@@ -114,7 +114,7 @@ def test_bfloat16_rounds_the_rotary_frequencies_as_its_model_card_does() -> None
     # the card casts the loaded model with .to(torch.bfloat16), which rounds its rotary frequency buffer too; the
     # network does the same in bfloat16 (without it, the bfloat16 runs part from the reference after a few tokens),
     # and nothing in float32
-    from mdmkit.models.llada_dream import rotary_angles
+    from mdmkit.models.llm.diffusion_lm import rotary_angles
 
     half = network(torch.bfloat16)
     assert half.config.rotary_freqs_rounded
@@ -126,7 +126,7 @@ def test_bfloat16_rounds_the_rotary_frequencies_as_its_model_card_does() -> None
 
 
 def test_block_diffusion_refuses_a_bidirectional_moe_network() -> None:
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     llada_moe = load_diffusion_lm(FIXTURE.parent / "llada_moe", "llada_moe")
     with pytest.raises(CapabilityError, match="block-causal"):

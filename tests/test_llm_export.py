@@ -20,10 +20,10 @@ from safetensors.torch import load_file
 from tiny_text_models import MASK_TOKEN, native_checkpoint_dir
 
 from mdmkit.core.errors import CheckpointError
-from mdmkit.models.hf import load_native
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.llm_checkpoints import load_diffusion_lm
-from mdmkit.models.llm_export import save_hub_checkpoint
+from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.checkpoints import load_diffusion_lm
+from mdmkit.models.llm.export import save_hub_checkpoint
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
 pytestmark = [

@@ -23,7 +23,7 @@ from tiny_text_models import native_checkpoint_dir
 
 from mdmkit import api
 from mdmkit.core.errors import CapabilityError
-from mdmkit.models.llada_dream import DiffusionLM
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
 FOLDER = {"llada_moe": "llada_moe", "llada2": "llada2_mini"}
@@ -48,7 +48,7 @@ LM_EVAL_ARGS = {"llada_moe": "sampler=llada,block_length=8,steps=4,cache={cache}
 
 @cache
 def network(kind: str) -> DiffusionLM:
-    from mdmkit.models.llm_checkpoints import load_diffusion_lm
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
 
     return load_diffusion_lm(REFERENCE / FOLDER[kind], kind, mask_id=MASK_ID)
 

@@ -21,8 +21,8 @@ from tiny_text_models import sharded_copy
 from mdmkit import api
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.models.denoiser import KV_CACHE, KVCache
-from mdmkit.models.llm_checkpoints import load_diffusion_lm
-from mdmkit.models.moe import MoE, MoEConfig
+from mdmkit.models.llm.checkpoints import load_diffusion_lm
+from mdmkit.models.llm.moe import MoE, MoEConfig
 from mdmkit.samplers import ForwardCounter
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
@@ -192,7 +192,7 @@ def naive_moe(moe: MoE, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("hidden", [16, 10], ids=["grouped-product", "loop-over-experts"])  # 40-byte rows: no grouping
 @torch.no_grad()
 def test_experts_grouped_by_id_equal_the_token_by_token_sum(settings: dict, hidden: int) -> None:
-    from mdmkit.models import moe as moe_module
+    from mdmkit.models.llm import moe as moe_module
 
     torch.manual_seed(0)
     moe = MoE(16, MoEConfig(experts=8, top_k=2, expert_hidden=hidden, layers=(0,), **settings))
@@ -315,8 +315,8 @@ def test_llada_moe_reproduces_llada_generate_with_the_llada_preset() -> None:
 def test_the_real_llada2_mini_config_reads_to_the_model_cards_sizes(tmp_path: Path) -> None:
     # the hub config's sizes on the fixture's config (SOURCE.md): the network on the meta device has the card's
     # 16B parameters, 1.4B of them active per token (embedding and output layer counted)
-    from mdmkit.models.llada_dream import DiffusionLM
-    from mdmkit.models.llm_checkpoints import read_config
+    from mdmkit.models.llm.diffusion_lm import DiffusionLM
+    from mdmkit.models.llm.checkpoints import read_config
 
     real = {"vocab_size": 157184, "hidden_size": 2048, "num_hidden_layers": 20, "num_attention_heads": 16,
             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5120, "num_experts": 256,

@@ -218,7 +218,7 @@ def test_ntp_then_sbd_fine_tuning_runs_through_train_py(tmp_path):
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     pytest.importorskip("transformers")
-    from mdmkit.models.hf import HFCausalSpec
+    from mdmkit.models.llm.hf import HFCausalSpec
 
     directory = save_llama(tmp_path_factory.mktemp("llama"), vocab_size=VOCAB, num_key_value_heads=1)
     return HFCausalSpec(path=str(directory), vocab_size=VOCAB, max_len=LENGTH).build().eval()

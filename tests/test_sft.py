@@ -17,8 +17,8 @@ from tiny_text_models import native_checkpoint_dir
 
 from mdmkit.core.errors import ConfigError, DataFormatError
 from mdmkit.core.seeding import seeded_generator
-from mdmkit.models.hf import load_native
-from mdmkit.models.lora import add_lora, load_adapter, save_adapter
+from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.lora import add_lora, load_adapter, save_adapter
 from mdmkit.objectives import MaskedDiffusionLoss
 from mdmkit.training.sft.config import SFTConfig
 from mdmkit.training.sft.data import Pair, encode, read_pairs

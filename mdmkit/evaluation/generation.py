@@ -21,7 +21,7 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
-from mdmkit.models.hf import HFCausalLM, HFMaskedDiffusion
+from mdmkit.models.llm.hf import HFCausalLM, HFMaskedDiffusion
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
 from mdmkit.tasks.extraction import truncate_at_stop
 

@@ -35,7 +35,7 @@ from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
-from mdmkit.models.hf import check_model_source
+from mdmkit.models.llm.hf import check_model_source
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length", "adapter"}
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise

@@ -15,9 +15,9 @@ from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
-from mdmkit.models.hf import load_causal_lm, load_masked_diffusion
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.lora import load_adapter
+from mdmkit.models.llm.hf import load_causal_lm, load_masked_diffusion
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.lora import load_adapter
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
 

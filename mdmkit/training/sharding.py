@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from mdmkit.models import llada_dream, transformer
+from mdmkit.models import transformer
+from mdmkit.models.llm import diffusion_lm
 
 
 def block_classes() -> set[type[nn.Module]]:
     """The blocks FSDP wraps one by one (Lightning's `auto_wrap_policy`)."""
-    return {llada_dream.Block, transformer.Block}
+    return {diffusion_lm.Block, transformer.Block}

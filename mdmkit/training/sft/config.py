@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mdmkit.core.config import Validated, build, require
-from mdmkit.models.lora import LORA_TARGETS, LoRA
+from mdmkit.models.llm.lora import LORA_TARGETS, LoRA
 
 
 @dataclass

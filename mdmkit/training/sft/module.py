@@ -17,8 +17,8 @@ from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.evaluation.text_eval import model_fingerprint
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.lora import add_lora
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.optim import OptimConfig
 from mdmkit.training.sft.config import SFTConfig

@@ -21,10 +21,10 @@ from mdmkit.evaluation.generation import TextModel
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.text_eval import evaluate_text_task
 from mdmkit.io.results import append_record
-from mdmkit.models.hf import load_native
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.llm_export import save_hub_checkpoint
-from mdmkit.models.lora import merged_weights, save_adapter
+from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.export import save_hub_checkpoint
+from mdmkit.models.llm.lora import merged_weights, save_adapter
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.run_config import DataConfig
 from mdmkit.training.sft.config import SFTConfig

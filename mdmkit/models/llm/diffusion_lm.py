@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mdmkit.core.config import Validated, require
 from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
-from mdmkit.models.moe import GatedMLP, MoE, MoEConfig
+from mdmkit.models.llm.moe import GatedMLP, MoE, MoEConfig
 
 
 @dataclass

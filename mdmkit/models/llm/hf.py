@@ -19,8 +19,8 @@ from torch import nn
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.llm_checkpoints import load_diffusion_lm, read_config
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.checkpoints import load_diffusion_lm, read_config
 
 NativeKind = Literal["llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]
 Kind = Literal["generic", "llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]

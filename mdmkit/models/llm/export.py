@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from mdmkit.core.errors import CheckpointError
-from mdmkit.models.llada_dream import DiffusionLM
-from mdmkit.models.llm_checkpoints import ARCHITECTURES
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.checkpoints import ARCHITECTURES
 
 KINDS = ("llada", "dream", "fast_dllm_v2")
 INDEX = "model.safetensors.index.json"

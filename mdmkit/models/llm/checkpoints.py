@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from mdmkit.core.errors import CheckpointError, ConfigError
-from mdmkit.models.llada_dream import DiffusionLM, DiffusionLMConfig
-from mdmkit.models.moe import MoEConfig
-from mdmkit.models.moe_checkpoints import Slot, llada2_config, llada2_names, llada_moe_config, llada_moe_names
+from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
+from mdmkit.models.llm.moe import MoEConfig
+from mdmkit.models.llm.moe_checkpoints import Slot, llada2_config, llada2_names, llada_moe_config, llada_moe_names
 
 LLADA_MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
 DREAM_MASK_ID = 151666  # DreamConfig's default mask_token_id
