@@ -45,8 +45,8 @@ def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) 
 def load_text_model(name_or_path: str, kind: str = "generic", *, dtype: str = "float32", device: str = "cpu",
                     max_length: int | None = None, trust_remote_code: bool = False,
                     adapter: str | None = None) -> TextModel:
-    """A Hugging Face model directory or hub name with its tokenizer (`kind`: generic | llada | dream |
-    fast_dllm_v2 | llada_moe | llada2 | causal), as `evaluate.py ckpt=... hf.kind=...` loads it; `adapter`: a LoRA
+    """A Hugging Face model directory or hub name with its tokenizer (`kind`: a registered model kind,
+    `mdmkit.models.llm.registry.kind_names()`), as `evaluate.py ckpt=... hf.kind=...` loads it; `adapter`: a LoRA
     adapter directory merged into its weights."""
     config = HFModelConfig(kind=kind, dtype=dtype, max_length=max_length,  # type: ignore[arg-type]
                            trust_remote_code=trust_remote_code, adapter=adapter)

@@ -135,9 +135,10 @@ def compose_config(config_name: str = "train", overrides: list[str] | tuple[str,
         return compose(config_name, overrides=list(overrides))
 
 
-def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
-    """Run `python train.py|evaluate.py overrides...` as a user would, in `cwd`."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0"}
+def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = WAIT_S,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `python train.py|evaluate.py overrides...` as a user would, in `cwd` (`env` added to the environment)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0", **(env or {})}
     return subprocess.run(
         [sys.executable, str(ROOT / script), *overrides],
         cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout,

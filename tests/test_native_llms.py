@@ -20,8 +20,8 @@ from tiny_text_models import CHAT_TOKENS, MASK_TOKEN, native_checkpoint_dir, sha
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache
-from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.checkpoints import load_diffusion_lm
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.samplers import ForwardCounter
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
@@ -222,10 +222,10 @@ def test_dreams_hub_tokenizer_files_load_without_remote_code(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_bfloat16_option_reaches_the_network(kind: str, tmp_path: Path) -> None:
-    from mdmkit.models.llm.hf import load_masked_diffusion
+    from mdmkit.models.llm.registry import load_model
 
     directory = native_checkpoint_dir(REFERENCE / kind, kind, tmp_path / kind)
-    network, _ = load_masked_diffusion(str(directory), kind, dtype="bfloat16")
+    network, _ = load_model(str(directory), kind, dtype="bfloat16")
     assert network.embed.weight.dtype == torch.bfloat16
 
 
@@ -281,29 +281,29 @@ def test_broken_checkpoints_are_one_line_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_checkpoint_without_a_tokenizer_fails_before_its_weights_are_read(kind: str, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from mdmkit.models.llm.hf import load_masked_diffusion
+    from mdmkit.models.llm.registry import load_model
 
     read = []
     monkeypatch.setattr("mdmkit.models.llm.hf.load_diffusion_lm", lambda *args: read.append(args))
     with pytest.raises(CheckpointError, match="cannot load the tokenizer of"):
-        load_masked_diffusion(str(copy_fixture(kind, tmp_path / "model")), kind)  # config and weights only
+        load_model(str(copy_fixture(kind, tmp_path / "model")), kind)  # config and weights only
     assert not read
 
 
 @pytest.mark.parametrize("kind, other", [("llada", "dream"), ("dream", "llada")])
 def test_a_checkpoint_loaded_as_the_other_kind_says_which_kind_it_is(kind: str, other: str, tmp_path: Path) -> None:
-    from mdmkit.models.llm.hf import load_masked_diffusion
+    from mdmkit.models.llm.registry import load_model
 
     directory = native_checkpoint_dir(REFERENCE / kind, kind, tmp_path / kind)
     with pytest.raises(CheckpointError, match=f"checkpoint \\(model_type\\), not {other}: .*hf.kind={kind}"):
-        load_masked_diffusion(str(directory), other)
+        load_model(str(directory), other)
 
 
 def test_a_hub_name_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("huggingface_hub")
-    from mdmkit.models.llm.hf import load_masked_diffusion
+    from mdmkit.models.llm.registry import load_model
 
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(CheckpointError, match="cannot fetch mdmkit-tests/no-such-model from the hub") as caught:
-        load_masked_diffusion("mdmkit-tests/no-such-model", "dream", local_files_only=True)
+        load_model("mdmkit-tests/no-such-model", "dream", local_files_only=True)
     assert "\n" not in str(caught.value)

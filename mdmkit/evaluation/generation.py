@@ -1,7 +1,7 @@
 """Prompted text generation with NFE accounting, shared by `evaluate.py task=gsm8k|...` and the lm-eval model.
 
 A masked model's prompts are left-padded and followed by `gen_length` masks that any masked sampler fills; a
-causal LM's (`kind=causal`) are left-aligned and filled left to right by a causal decoder (`sampler=ntp`, SBD).
+causal LM's (a kind whose record decodes causally) are left-aligned and filled left to right by a causal decoder (`sampler=ntp`, SBD).
 A sampler of the other kind is refused in one line before any forward.
 """
 
@@ -111,16 +111,15 @@ def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[
 
 
 def check_decoder(causal: bool, sampler: Sampler | None) -> None:
-    """Refuse, in one line, a sampler of the wrong kind: a causal LM (`kind=causal`) generates with a causal
+    """Refuse, in one line, a sampler of the wrong kind: a causal LM (a causal kind) generates with a causal
     decoder (`sampler=ntp`), a masked diffusion model with a masked sampler."""
     name = "none" if sampler is None else type(sampler).__name__
     if causal and not isinstance(sampler, CAUSAL_DECODERS):
-        raise CapabilityError(f"kind=causal loads a causal LM, which generates with a causal decoder: pass "
-                              f"sampler=ntp (got sampler {name})")
+        raise CapabilityError(f"a causal LM generates with a causal decoder: pass sampler=ntp (got sampler {name})")
     if not causal and sampler is None:
         raise ConfigError("a masked diffusion model needs a sampler (e.g. sampler=eb)")
     if not causal and isinstance(sampler, CAUSAL_DECODERS):
-        raise CapabilityError(f"sampler {name} decodes causal LMs (kind=causal), not a masked diffusion "
+        raise CapabilityError(f"sampler {name} decodes causal LMs, not a masked diffusion "
                               f"model: pick a masked sampler (e.g. sampler=eb)")
 
 

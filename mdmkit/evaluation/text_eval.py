@@ -15,21 +15,18 @@ from mdmkit.core.config import Validated, require
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
 from mdmkit.evaluation.runner import EvalResult
-from mdmkit.models.llm.hf import load_causal_lm, load_masked_diffusion
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.lora import load_adapter
+from mdmkit.models.llm.registry import kind_names, load_model, model_kind
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
-
-ADAPTABLE = ("llada", "dream", "fast_dllm_v2")  # the kinds whose blocks have the plain module names LoRA targets
 
 
 @dataclass
 class HFModelConfig(Validated):
     """How `ckpt` (a model directory or hub name) is loaded for a text task."""
 
-    # generic: any HF masked LM; causal: NTP (sampler=ntp); the others: mdmkit's own network
-    kind: Literal["generic", "llada", "dream", "fast_dllm_v2", "llada_moe", "llada2", "causal"] = "generic"
+    kind: str = "generic"  # a registered model kind (models/llm/kinds/: generic, causal, llada, dream, ...)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
@@ -37,8 +34,10 @@ class HFModelConfig(Validated):
 
     def validate(self) -> None:
         require(self.max_length is None or self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
-        require(self.adapter is None or self.kind in ADAPTABLE,
-                f"adapter: LoRA adapters merge into mdmkit's own {', '.join(ADAPTABLE)} networks, not kind={self.kind}")
+        model_kind(self.kind)
+        adaptable = kind_names(lambda kind: kind.lora)
+        require(self.adapter is None or self.kind in adaptable,
+                f"adapter: LoRA adapters merge into mdmkit's own {', '.join(adaptable)} networks, not kind={self.kind}")
         require(self.adapter is None or Path(self.adapter).expanduser().is_dir(),
                 f"adapter={self.adapter}: no such directory")
 
@@ -53,8 +52,7 @@ def parameter_counts(network: torch.nn.Module) -> dict[str, int]:
 
 def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> TextModel:
     options = {"trust_remote_code": config.trust_remote_code, "dtype": config.dtype, "device": device}
-    network, tokenizer = load_causal_lm(name_or_path, **options) if config.kind == "causal" else \
-        load_masked_diffusion(name_or_path, config.kind, **options)
+    network, tokenizer = load_model(name_or_path, config.kind, **options)
     if config.adapter is not None:
         load_adapter(network, config.adapter)
     positions = position_limit(network)

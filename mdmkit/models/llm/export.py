@@ -1,6 +1,6 @@
-"""mdmkit's `DiffusionLM` saved as a Hugging Face hub checkpoint directory (LLaDA, Dream, Fast-dLLM v2).
+"""mdmkit's `DiffusionLM` saved as a Hugging Face hub checkpoint directory (the kinds whose record says `export`).
 
-The files are the hub's: the original tensor names and shapes (`llm_checkpoints.ARCHITECTURES`), in
+The files are the hub's: the original tensor names and shapes (the kind's `hub_format.Architecture`), in
 `model.safetensors` or shards with their index, beside the source checkpoint's config.json, tokenizer files and
 remote code. So a fine-tuned or edited network loads back through `load_diffusion_lm` / `hf.load_native`, and
 through the models' own official code, unchanged. The config is never invented: only the source's is written, with
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from mdmkit.core.errors import CheckpointError
+from mdmkit.models.llm.checkpoints import architecture
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
-from mdmkit.models.llm.checkpoints import ARCHITECTURES
+from mdmkit.models.llm.registry import kind_names
 
-KINDS = ("llada", "dream", "fast_dllm_v2")
 INDEX = "model.safetensors.index.json"
 # tokenizer files, generation settings and remote code the official loaders read beside the weights
 SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -32,8 +32,12 @@ SIDE_PATTERNS = ("*.model", "*.tiktoken", "*.py")
 def _tensors(network: DiffusionLM, kind: str, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
     """Hub name -> the network's tensor on the CPU, in `dtype` (default: its own), contiguous."""
     state = network.state_dict()
-    return {hub: state[own].detach().to("cpu", dtype or state[own].dtype).contiguous()
-            for hub, own in ARCHITECTURES[kind].names(network.config).items()}
+    tensors = {}
+    for hub, own in architecture(kind).names(network.config).items():
+        if not isinstance(own, str):  # an expert's slot or fused rows: a layout the save does not reassemble
+            raise CheckpointError(f"kind='{kind}': tensor '{hub}' fills {own!r}, which saving does not support")
+        tensors[hub] = state[own].detach().to("cpu", dtype or state[own].dtype).contiguous()
+    return tensors
 
 
 def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[list[str]]:
@@ -66,11 +70,11 @@ def save_hub_checkpoint(network: DiffusionLM, directory: str | Path, kind: str, 
     `dtype` casts the weights (config.json's `torch_dtype` follows); above `max_shard_bytes` they are sharded."""
     from safetensors.torch import save_file
 
-    if kind in ARCHITECTURES and kind not in KINDS:
-        raise CheckpointError(f"kind='{kind}': saving a mixture-of-experts checkpoint (its fused expert layout) is "
-                              f"not supported yet (only {', '.join(KINDS)})")
-    if kind not in KINDS:
-        raise CheckpointError(f"kind='{kind}' cannot be saved as a hub checkpoint (one of {', '.join(KINDS)})")
+    exportable = kind_names(lambda k: k.export)
+    if kind not in exportable:
+        native = kind in kind_names(lambda k: k.architecture is not None)
+        reason = "saving its hub layout is not supported yet" if native else "it cannot be saved as a hub checkpoint"
+        raise CheckpointError(f"kind='{kind}': {reason} (only {', '.join(exportable)})")
     source = None if source is None else Path(source).expanduser()
     if source is None or not (source / "config.json").is_file():
         raise CheckpointError(f"saving a {kind} hub checkpoint needs the source directory's config.json (got "

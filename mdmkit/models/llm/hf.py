@@ -11,7 +11,7 @@ import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -19,14 +19,12 @@ from torch import nn
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
-from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.checkpoints import load_diffusion_lm, read_config
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.models.llm.registry import model_kind
 
-NativeKind = Literal["llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]
-Kind = Literal["generic", "llada", "dream", "fast_dllm_v2", "llada_moe", "llada2"]
-NATIVE_KINDS = ("llada", "dream", "fast_dllm_v2", "llada_moe", "llada2")
-# the kinds whose config.json names no mask token: their tokenizer's (Fast-dLLM v2's is not declared as mask_token)
-TOKENIZER_MASK = {"fast_dllm_v2": "|<MASK>|", "llada2": "<|mask|>"}
+if TYPE_CHECKING:
+    from mdmkit.models.llm.registry import ModelKind
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BPE_FILES = ("vocab.json", "merges.txt")  # a byte-level BPE without tokenizer.json (Dream's hub files)
 
@@ -220,22 +218,10 @@ def _load_auto(auto_class: str, what: str, name_or_path: str, trust_remote_code:
     return model, tokenizer
 
 
-def load_masked_diffusion(
-    name_or_path: str,
-    kind: Kind = "generic",
-    *,
-    trust_remote_code: bool = False,
-    dtype: str = "float32",
-    device: str = "cpu",
-    local_files_only: bool | None = None,
-) -> tuple[HFMaskedDiffusion | DiffusionLM, Any]:
-    """Network and tokenizer of a masked LM: `generic` (any AutoModelForMaskedLM, wrapped) or a native kind
-    (`load_native`)."""
-    if kind not in ("generic", *NATIVE_KINDS):
-        raise CheckpointError(f"kind='{kind}' is not one of generic, {', '.join(NATIVE_KINDS)}")
-    if kind != "generic":
-        return load_native(name_or_path, kind, trust_remote_code=trust_remote_code, dtype=dtype, device=device,
-                           local_files_only=local_files_only)
+def load_generic(name_or_path: str, kind: ModelKind | None = None, *, trust_remote_code: bool = False,
+                 dtype: str = "float32", device: str = "cpu",
+                 local_files_only: bool | None = None) -> tuple[HFMaskedDiffusion, Any]:
+    """Any AutoModelForMaskedLM with a mask token, wrapped, and its tokenizer."""
     model, tokenizer = _load_auto("AutoModelForMaskedLM", "masked LM", name_or_path, trust_remote_code, dtype,
                                   local_files_only)
     if tokenizer.mask_token_id is None:
@@ -246,7 +232,7 @@ def load_masked_diffusion(
 
 def load_native(
     name_or_path: str,
-    kind: NativeKind,
+    kind: str | ModelKind,
     *,
     trust_remote_code: bool = False,
     dtype: str = "float32",
@@ -255,19 +241,21 @@ def load_native(
 ) -> tuple[DiffusionLM, Any]:
     """A native checkpoint (a directory, or a hub name fetched once) as mdmkit's `DiffusionLM`, and its tokenizer.
 
-    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares none), or for the kinds in
-    `TOKENIZER_MASK` the tokenizer's. No remote code runs unless `trust_remote_code` (then only Dream's tokenizer's).
+    The mask id is the config's `mask_token_id` (LLaDA's tokenizer declares none), or for a kind with a
+    `tokenizer_mask` the tokenizer's. No remote code runs unless `trust_remote_code` (then only the tokenizer's).
     """
+    record = model_kind(kind) if isinstance(kind, str) else kind
+    kind = record.name
     source, common = _load_kwargs(name_or_path, dtype, local_files_only)
     directory = source if isinstance(source, Path) else _fetch(source, trust_remote_code, **common)
-    # refuse a config of another kind or a missing tokenizer before reading the weights (a TOKENIZER_MASK kind's
+    # refuse a config of another kind or a missing tokenizer before reading the weights (a tokenizer_mask kind's
     # mask id is checked once its tokenizer has named it)
-    read_config(directory, kind, mask_id=0 if kind in TOKENIZER_MASK else None)
+    read_config(directory, kind, mask_id=0 if record.tokenizer_mask else None)
     try:
-        tokenizer = native_tokenizer(directory, kind, trust_remote_code=trust_remote_code, **common)
+        tokenizer = native_tokenizer(directory, record, trust_remote_code=trust_remote_code, **common)
     except CheckpointError as error:
         raise CheckpointError(f"cannot load the tokenizer of {name_or_path}: {error}") from None
-    network = load_diffusion_lm(directory, kind, _DTYPES[dtype], device, _tokenizer_mask_id(tokenizer, kind))
+    network = load_diffusion_lm(directory, kind, _DTYPES[dtype], device, _tokenizer_mask_id(tokenizer, record))
     if tokenizer.mask_token_id is not None and tokenizer.mask_token_id != network.mask_id:
         raise CheckpointError(f"{name_or_path}: the tokenizer's mask token {tokenizer.mask_token_id} is not the "
                               f"config's mask_token_id {network.mask_id}")
@@ -280,27 +268,28 @@ def _not_foreign_model_type(record: logging.LogRecord) -> bool:
     return "to instantiate a model of type" not in record.getMessage()
 
 
-def _tokenizer_mask_id(tokenizer: Any, kind: str) -> int | None:
-    """The mask id of a `TOKENIZER_MASK` kind, read from its tokenizer (None for the other kinds)."""
-    token = TOKENIZER_MASK.get(kind)
+def _tokenizer_mask_id(tokenizer: Any, kind: ModelKind) -> int | None:
+    """The mask id of a kind with a `tokenizer_mask`, read from its tokenizer (None for the other kinds)."""
+    token = kind.tokenizer_mask
     if token is None:
         return None
     mask_id = tokenizer.convert_tokens_to_ids(token)
     if mask_id is None or mask_id == tokenizer.unk_token_id:
-        raise CheckpointError(f"the tokenizer has no {token} token ({kind}'s mask)")
+        raise CheckpointError(f"the tokenizer has no {token} token ({kind.name}'s mask)")
     return int(mask_id)
 
 
-def native_tokenizer(directory: Path, kind: NativeKind, *, trust_remote_code: bool = False,
+def native_tokenizer(directory: Path, kind: str | ModelKind, *, trust_remote_code: bool = False,
                      local_files_only: bool = True) -> Any:
-    """The tokenizer of a native checkpoint directory, through AutoTokenizer. Dream's tokenizer_config names remote
-    code (a Qwen2 byte-level BPE): unless `trust_remote_code`, it loads as transformers' own Qwen2 tokenizer."""
+    """The tokenizer of a native checkpoint directory, through AutoTokenizer, with the kind's `tokenizer_options`
+    (Dream's names remote code: untrusted, it loads as transformers' own Qwen2 tokenizer)."""
     from transformers import AutoTokenizer
 
+    record = model_kind(kind) if isinstance(kind, str) else kind
     # transformers' Qwen2 tokenizer would build an empty vocabulary from a directory without its files
     if not (directory / "tokenizer.json").is_file() and not all((directory / f).is_file() for f in _BPE_FILES):
         raise CheckpointError(f"no tokenizer.json, nor {' and '.join(_BPE_FILES)} in {directory}")
-    extra = {"tokenizer_type": "qwen2"} if kind == "dream" and not trust_remote_code else {}
+    extra = record.tokenizer_options(trust_remote_code)
     logging.getLogger("transformers.configuration_utils").addFilter(_not_foreign_model_type)  # added once
     try:
         return AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code,
@@ -339,3 +328,11 @@ def load_causal_lm(
     model, tokenizer = _load_auto("AutoModelForCausalLM", "causal LM", name_or_path, trust_remote_code, dtype,
                                   local_files_only, with_tokenizer)
     return HFCausalLM(model.to(device).eval()), tokenizer
+
+
+def load_causal(name_or_path: str, kind: ModelKind | None = None, *, trust_remote_code: bool = False,
+                dtype: str = "float32", device: str = "cpu",
+                local_files_only: bool | None = None) -> tuple[HFCausalLM, Any]:
+    """`load_causal_lm` as a model kind's loader."""
+    return load_causal_lm(name_or_path, trust_remote_code=trust_remote_code, dtype=dtype, device=device,
+                          local_files_only=local_files_only)

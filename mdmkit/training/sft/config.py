@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from mdmkit.core.config import Validated, build, require
 from mdmkit.models.llm.lora import LORA_TARGETS, LoRA
+from mdmkit.models.llm.registry import ModelKind, model_kind
 
 
 @dataclass
@@ -25,7 +26,7 @@ class SFTConfig(Validated):
     weight); `save_adapter` also writes them alone."""
 
     model: str
-    kind: Literal["llada", "dream"] = "llada"
+    kind: str = "llada"  # a registered model kind whose record gives its fine-tuning loss (`sft_normalize`)
     dtype: Literal["float32", "bfloat16"] = "float32"
     train_file: str | None = None
     val_file: str | None = None
@@ -40,6 +41,7 @@ class SFTConfig(Validated):
     save_adapter: bool = True
 
     def validate(self) -> None:
+        self.model_kind()
         directory = Path(self.model).expanduser()
         require(directory.is_dir(), f"model={self.model}: no such directory (a local copy of the hub checkpoint)")
         require((directory / "config.json").is_file(), f"model={self.model}: no config.json in it")
@@ -58,6 +60,11 @@ class SFTConfig(Validated):
         require(not unknown and len(self.lora_targets) > 0,
                 f"lora_targets={list(self.lora_targets)}: each must be one of {', '.join(LORA_TARGETS)}")
 
+    def model_kind(self) -> ModelKind:
+        """The record of `kind`: one with a native network and a fine-tuning recipe."""
+        return model_kind(self.kind, lambda kind: kind.sft_normalize is not None and kind.architecture is not None,
+                          "the kinds mdmkit fine-tunes")
+
     @property
     def lora(self) -> LoRA | None:
         """The adapters trained (None: full fine-tuning)."""
@@ -70,12 +77,19 @@ class SFTConfig(Validated):
         return {"method": "lora", "r": self.lora_r, "alpha": self.lora_alpha, "targets": list(self.lora_targets)}
 
 
+def sft_objective(config: dict[str, Any], sft: SFTConfig) -> Any:
+    """The run's loss; `objective.normalize: null` takes the model kind's published recipe (`sft_normalize`)."""
+    node = dict(config["objective"])
+    if node.get("normalize") is None:
+        node["normalize"] = sft.model_kind().sft_normalize
+    return build(node, "objective")
+
+
 def check_sft_components(config: dict[str, Any]) -> None:
     """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
 
-    build(config["sft"], "sft")
-    build(config["objective"], "objective")
+    sft_objective(config, build(config["sft"], "sft"))
     build(config["optim"], "optim")
     build_sampler(config["sampler"])
     if config.get("task") is not None:

@@ -21,7 +21,7 @@ from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.optim import OptimConfig
-from mdmkit.training.sft.config import SFTConfig
+from mdmkit.training.sft.config import SFTConfig, sft_objective
 
 NETWORK_PREFIX = "network."  # the network's weights in the module's state dict
 BASE_KEY = "sft_base"  # in a LoRA run's checkpoint: the fingerprint of the frozen base it needs
@@ -33,7 +33,7 @@ class SFTModule(L.LightningModule):
         self.save_hyperparameters({"config": config})
         self.config = config
         self.sft: SFTConfig = build(config["sft"], "sft")
-        self.objective = build(config["objective"], "objective")
+        self.objective = sft_objective(config, self.sft)
         self.optim: OptimConfig = build(config["optim"], "optim")
         self.mask_id = network.mask_id
         network.gradient_checkpointing = self.sft.gradient_checkpointing

@@ -1,0 +1,38 @@
+"""Dream (Dream-org/Dream-v0-Instruct-7B): Qwen2 turned bidirectional, with shifted logits (position i reads the
+output at i - 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mdmkit.models.llm.diffusion_lm import DiffusionLMConfig
+from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.hub_format import Architecture, ConfigFields
+from mdmkit.models.llm.kinds import _qwen2
+from mdmkit.models.llm.registry import ModelKind, register_kind
+
+MASK_ID = 151666  # DreamConfig's default mask_token_id
+
+
+def read(fields: ConfigFields) -> dict[str, Any]:
+    """DreamConfig -> DiffusionLMConfig fields; absent fields take that class's defaults."""
+    _qwen2.checks(fields)
+    fields.refuse("use_mrope", False, False)
+    return _qwen2.shape(fields, MASK_ID)
+
+
+def tokenizer_options(trust_remote_code: bool) -> dict[str, Any]:
+    """Its tokenizer_config names remote code (a Qwen2 byte-level BPE): untrusted, transformers' own Qwen2 loads."""
+    return {} if trust_remote_code else {"tokenizer_type": "qwen2"}
+
+
+KIND = register_kind(ModelKind(
+    "dream", load_native, "Dream: bidirectional masked diffusion with shifted logits, mdmkit's own network",
+    architecture=Architecture(read, _qwen2.NAMES, _qwen2.HEAD),
+    declares=lambda raw: str(raw.get("model_type", "")).lower() == "dream",
+    tokenizer_options=tokenizer_options, lora=True, export=True, sft_normalize="tokens",
+    shapes={"dream-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
+                                          mlp_hidden=18944, mask_id=151666, rope_theta=1e6, rms_eps=1e-6,
+                                          max_positions=4096, qkv_bias=True, rope_fp32=False, pad_positions=True,
+                                          shift_logits=True)},
+))
