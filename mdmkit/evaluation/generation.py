@@ -1,7 +1,7 @@
 """Prompted text generation with NFE accounting, shared by `evaluate.py task=gsm8k|...` and the lm-eval model.
 
 A masked model's prompts are left-padded and followed by `gen_length` masks that any masked sampler fills; a
-causal LM's (a kind whose record decodes causally) are left-aligned and filled left to right by a causal decoder (`sampler=ntp`, SBD).
+causal LM's (a causal kind's) are left-aligned and filled left to right by a causal decoder (`sampler=ntp`, SBD).
 A sampler of the other kind is refused in one line before any forward.
 """
 
