@@ -2,8 +2,8 @@
 
 All are Llama-style stacks (pre-RMSNorm, rotate-half rotary, grouped-query attention, SwiGLU or MoE MLPs) that
 differ only in the settings `DiffusionLMConfig` names; each model's values are read from its hub checkpoint by
-`llm_checkpoints`. The calling convention is `MaskedTransformer`'s, so every sampler (and the KV cache) works
-unchanged.
+`checkpoints` (each kind's format: `kinds/`). The calling convention is `MaskedTransformer`'s, so every sampler
+(and the KV cache) works unchanged.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mdmkit.models.llm.moe import GatedMLP, MoE, MoEConfig
 
 @dataclass
 class DiffusionLMConfig(Validated):
-    """Shape and numerics of a LLaDA / Dream-style network (see `llm_checkpoints` for each model's values)."""
+    """Shape and numerics of a LLaDA / Dream-style network (each kind's reader in `kinds/` sets them)."""
 
     vocab_size: int  # rows of the embedding and of the output layer
     d_model: int
