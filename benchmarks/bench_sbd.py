@@ -34,9 +34,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
+from mdmkit.analysis.stats import wilson_interval
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.io.results import wilson_interval
 from mdmkit.samplers import EBSampler, NTPDecoder, SBDSampler
 from mdmkit.tasks.arithmetic import END, VOCAB
 

@@ -14,8 +14,7 @@ from typing import Any
 
 from benchmarks.kv_cache_speed import BLOCK, MODES, SPEED_MODES
 from mdmkit.analysis.pages import Page, markdown_table, stamp
-from mdmkit.analysis.pareto import derive_family
-from mdmkit.io.results import sampler_settings
+from mdmkit.io.naming import derive_family, sampler_settings
 
 _CACHE_KEYS = ("cache", "cache_refresh")
 _COLOURS = {"none": "tab:blue", "prefix": "tab:orange", "dual": "tab:green", BLOCK: "tab:red"}

@@ -24,6 +24,7 @@ from mdmkit.analysis import pareto
 from mdmkit.analysis.pages import Page, command_line
 from mdmkit.analysis.pareto_plot import plot_fronts
 from mdmkit.analysis.pareto_tables import speedup_table, summary_table
+from mdmkit.io.naming import ORACLE, derive_family
 
 KEEP_LEVELS = (0.90, 0.95, 0.99, 1.0)  # speedups at these fractions of the reference accuracy, plus --keep
 
@@ -78,7 +79,7 @@ def tag_families(rows: list[dict], tags: list[str]) -> list[dict]:
         if str(row.get("family") or "").startswith(prefix):  # a row of such a page
             tagged.append(dict(row))
         else:  # the preset folded into the tagged family, so that it is not applied again
-            tagged.append({**row, "family": prefix + pareto.derive_family(row), "preset": None})
+            tagged.append({**row, "family": prefix + derive_family(row), "preset": None})
     return tagged
 
 
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace, command: str) -> str:
                         else f"best accuracy of {args.baseline}" if args.baseline else "best accuracy of all runs")
     lines = [f"# {title}", "", f"![{args.metric} vs {x_name}]({png.name})", "",
              (f"Task `{args.task}`, checkpoint `{checkpoint}`; {len(selected)} rows "
-              f"({sum(r.get('kind') == pareto.ORACLE for r in selected)} oracle floor). "
+              f"({sum(r.get('kind') == ORACLE for r in selected)} oracle floor). "
               f"Reference {args.metric} {reference:.4f} ({reference_source}). Error bars: 95% Wilson score "
               "intervals of accuracy."
               + ("" if args.metric == "accuracy" else f" The tables' accuracy columns hold {args.metric}.")),

@@ -18,14 +18,14 @@ from mdmkit.analysis import pareto
 from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pages import Page, command_line, markdown_table, run_script, stamp
 from mdmkit.analysis.pareto_plot import plot_fronts
-from mdmkit.io.results import sampler_settings
+from mdmkit.io.naming import ORACLE, derive_family, sampler_settings
 
 FULL_STEP = "topk-confidence"
 
 
 def full_step_accuracy(rows: list[dict]) -> float:
     """Accuracy of Top-1 confidence (one token per forward), the reference the 98% is taken of."""
-    ones = [r for r in rows if pareto.derive_family(r) == FULL_STEP and r["sampler"].get("k") == 1
+    ones = [r for r in rows if derive_family(r) == FULL_STEP and r["sampler"].get("k") == 1
             and r.get("kind") == "evaluate"]
     if not ones:
         sys.exit(f"error: no {FULL_STEP} k=1 row: the full-step reference is missing")
@@ -34,11 +34,11 @@ def full_step_accuracy(rows: list[dict]) -> float:
 
 def family_table(rows: list[dict], reference: float) -> list[dict]:
     """One entry per family: AUP, best accuracy, the lowest NFE keeping 98% (and its setting), the NFE range."""
-    aups = family_aup(rows, pareto.derive_family)
+    aups = family_aup(rows, derive_family)
     lowest = pareto.lowest_nfe_keeping_by_family(rows, reference)
     entries = []
     for family in pareto.families(rows):
-        own = [r for r in rows if pareto.derive_family(r) == family]
+        own = [r for r in rows if derive_family(r) == family]
         keep = lowest.get(family)
         entries.append({
             "family": family, "runs": len(own), "aup": aups.get(family),
@@ -60,7 +60,7 @@ def markdown(task: str, entries: list[dict], reference: float, command: str, sou
              limit: int | None, figure: str) -> list[str]:
     by_aup = sorted((e for e in entries if e["aup"] is not None), key=lambda e: -e["aup"])
     by_nfe = sorted(entries, key=lambda e: (e["lowest_nfe_98"] is None, e["lowest_nfe_98"] or 0.0))
-    oracle = next((e for e in entries if e["family"] == pareto.ORACLE), None)
+    oracle = next((e for e in entries if e["family"] == ORACLE), None)
     md = [f"# Every decoding rule on the {task} reference model", "",
           (f"Reproduce: `{command}` from the rows in `{source}` ({n} rows; `python evaluate.py "
            f"ckpt=checkpoints/{task}_mdm.pt sweep=rules_{task}{f' limit={limit}' if limit else ''} "

@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from mdmkit.analysis.pages import Page, command_line, markdown_table
-from mdmkit.analysis.pareto import row_label
+from mdmkit.io.naming import row_label
 from mdmkit.io.results import read_records
 from mdmkit.training.train import CALLS_FILE
 

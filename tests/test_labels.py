@@ -17,13 +17,9 @@ from mdmkit.evaluation.distributed import Ranks
 from mdmkit.evaluation.evaluate import _Rows, run_evaluation
 from mdmkit.evaluation.sweep import expand
 from mdmkit.evaluation.tracking import COLUMNS, table_rows
-from mdmkit.io.results import (
-    is_plain_preset,
-    preset_family,
-    read_records,
-    run_label,
-    sampler_settings,
-)
+from mdmkit.io import naming
+from mdmkit.io.naming import is_plain_preset, preset_family, run_label, sampler_settings
+from mdmkit.io.results import read_records
 
 SUDOKU_PARETO = ROOT / "docs" / "results" / "sudoku_pareto.jsonl"
 THRESHOLD = {"_target_": "mdmkit.samplers.ThresholdSampler", "ordering": "confidence", "temperature": 0.0,
@@ -95,11 +91,11 @@ def test_two_presets_of_one_rule_get_separate_fronts_tables_and_labels():
             for nfe, tau in ((1.0, 0.5), (2.0, 0.7))]
     cut = pareto_tables.runs_table(long).splitlines()[1:]  # too long for a terminal line: cut, the swept value kept
     assert [line.split()[1] for line in cut] == ["tau=0.5,", "tau=0.7,"] and all("…" in line for line in cut)
-    assert pareto.row_label(rows[2]) == "fastdllm_threshold (threshold-confidence) block_length=32, tau=0.9"
-    assert pareto.row_label(rows[0]) == "threshold-confidence tau=0.9"
+    assert naming.row_label(rows[2]) == "fastdllm_threshold (threshold-confidence) block_length=32, tau=0.9"
+    assert naming.row_label(rows[0]) == "threshold-confidence tau=0.9"
     wandb_rows = table_rows(rows)
     assert wandb_rows[2][COLUMNS.index("preset")] == "fastdllm_threshold"
-    assert wandb_rows[2][COLUMNS.index("label")] == pareto.row_label(rows[2])
+    assert wandb_rows[2][COLUMNS.index("label")] == naming.row_label(rows[2])
 
 
 def test_old_rows_without_the_field_load_and_render(tmp_path: Path):
@@ -107,10 +103,10 @@ def test_old_rows_without_the_field_load_and_render(tmp_path: Path):
               for line in SUDOKU_PARETO.read_text().splitlines()]
     (tmp_path / "old.jsonl").write_text("".join(json.dumps(row) + "\n" for row in stored))
     rows = pareto.load_rows([tmp_path / "old.jsonl"])
-    assert {pareto.derive_family(row) for row in rows} == {row["family"] for row in stored}
+    assert {naming.derive_family(row) for row in rows} == {row["family"] for row in stored}
     assert {row["family"] for row in rows} == {row["family"] for row in stored}  # nothing renamed on loading
     eb = next(row for row in rows if row["family"] == "eb-confidence" and row["sampler"]["gamma"] == 0.001)
-    assert pareto.row_label(eb) == "eb-confidence gamma=0.001"
+    assert naming.row_label(eb) == "eb-confidence gamma=0.001"
     assert "| eb-confidence |" in pareto_tables.summary_table(rows)
     assert plot_fronts(rows, tmp_path / "old.png").read_bytes()[:4] == b"\x89PNG"
     # a row without `family` either (older still) gets one from its config, and mixes with new rows of the

@@ -2,10 +2,12 @@
 
     .venv/bin/python tools/migrate_rows.py docs/results/*.jsonl
 
-Every evaluation row gets the fields rows carry today (`preset`, `family`); a row that stores what it was measured
-on (`measurement`) is keyed again by today's `evaluation_key`, so a resumed sweep recognises it. Rows from before
-`measurement` was stored keep their key: it hashes a data fingerprint the row does not hold, so a resume measures
-such a setting once more. Prints what changed per file.
+A sampler `_target_` named by its module path (`mdmkit.samplers.ni.NISampler`; anywhere in a row, nested ones
+too) becomes the path `mdmkit.samplers` exports it under, which module moves never change. Every evaluation row gets
+the fields rows carry today (`preset`, `family`); a row that stores what it was measured on (`measurement`) is keyed
+again by today's `evaluation_key`, so a resumed sweep recognises it. Rows from before `measurement` was stored keep
+their key: it hashes a data fingerprint the row does not hold, so a resume measures such a setting once more. Prints
+what changed per file.
 """
 
 from __future__ import annotations
@@ -16,16 +18,39 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mdmkit.io.results import evaluation_key, read_records, sampler_family
+import mdmkit.samplers
+from mdmkit.io.naming import sampler_family
+from mdmkit.io.results import evaluation_key, read_records
 
 EVALUATION_KINDS = ("evaluate", "oracle")
+SAMPLERS = "mdmkit.samplers."
+
+
+def public_target(target: str) -> str:
+    """`target` as `mdmkit.samplers` exports it: `mdmkit.samplers.p2.P2Sampler` -> `mdmkit.samplers.P2Sampler`
+    (any other path unchanged)."""
+    name = target.rsplit(".", 1)[-1]
+    if target.startswith(SAMPLERS) and target != SAMPLERS + name and name in mdmkit.samplers.__all__:
+        return SAMPLERS + name
+    return target
+
+
+def with_public_targets(value: Any) -> Any:
+    """`value` with every sampler `_target_` inside it (a wrapper's `base`, a decoder's `rule`) made public."""
+    if isinstance(value, dict):
+        return {key: public_target(item) if key == "_target_" and isinstance(item, str) else with_public_targets(item)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_public_targets(item) for item in value]
+    return value
 
 
 def migrated(row: dict[str, Any]) -> dict[str, Any]:
     """The row in today's layout (unchanged where it already is)."""
+    row = with_public_targets(row)
     if row.get("kind") not in EVALUATION_KINDS:
         return row
-    row = {"preset": None, **row}
+    row = row if "preset" in row else {"preset": None, **row}
     row.setdefault("family", sampler_family(row.get("sampler"), row.get("kind")))
     if isinstance(row.get("measurement"), dict) and isinstance(row.get("sampler"), dict):
         row["key"] = evaluation_key(row["kind"], row["sampler"], row["measurement"])

@@ -32,9 +32,9 @@ import matplotlib.pyplot as plt
 from experiments.sudoku_analysis.reveals import TracingCounter, first_wrong_reveals
 from experiments.sudoku_analysis.sudoku_logic import GRADES, grade_puzzle
 from mdmkit.analysis.pages import Page, command_line, markdown_table, positive_int, run_script, stamp
+from mdmkit.analysis.stats import sign_test, wilson_interval
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.io.results import sign_test, wilson_interval
 from mdmkit.samplers import TopKSampler
 from mdmkit.tasks.base import Split
 from mdmkit.tasks.sudoku import SudokuTask, puzzles_and_solutions

@@ -1,9 +1,10 @@
-"""Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare, label.
+"""Accuracy-vs-NFE Pareto fronts of sampler results: load, de-duplicate, compare.
 
 A point is one row of `evaluate.py`'s JSONL (`mdmkit.io.results`): (`nfe_mean`, `accuracy`) and the row as payload.
-Rows of kind "oracle" (a reference run's NFE floor) form the family "oracle", a reference curve that never enters
-the overall front of real samplers. A front is sorted by NFE, with strictly increasing accuracy. Figures and tables
-are `pareto_plot` and `pareto_tables`: this module imports neither matplotlib nor torch, so reading results is cheap.
+Rows are grouped by the family `mdmkit.io.naming` gives them; rows of kind "oracle" (a reference run's NFE floor)
+form the family "oracle", a reference curve that never enters the overall front of real samplers. A front is sorted
+by NFE, with strictly increasing accuracy. Figures and tables are `pareto_plot` and `pareto_tables`: this module
+imports neither matplotlib nor torch, so reading results is cheap.
 """
 
 from __future__ import annotations
@@ -14,16 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mdmkit.io.results import (
-    ORACLE,
-    canonical,
-    preset_family,
-    read_records,
-    run_label,
-    sampler_family,
-    sampler_settings,
-    settings_items,
-)
+from mdmkit.io.naming import ORACLE, derive_family, sampler_family
+from mdmkit.io.results import canonical, read_records
 
 DEFAULT_KINDS: tuple[str, ...] = ("evaluate", ORACLE)
 
@@ -40,14 +33,6 @@ PointLike = Point | tuple[float, float] | tuple[float, float, Any]
 
 
 # ---------------------------------------------------------------------------------------------- loading rows
-
-
-def derive_family(row: Mapping[str, Any]) -> str:
-    """The family a row's front is drawn under: its `family` (else `results.sampler_family` of its sampler config),
-    qualified by its `preset` (`results.preset_family`): "eb-entropy", "llada (steps-confidence)", "oracle"."""
-    family = str(row.get("family") or sampler_family(row.get("sampler"), row.get("kind")))
-    preset = row.get("preset")
-    return preset_family(family, preset if isinstance(preset, str) else None)
 
 
 def _checkpoint_id(row: Mapping[str, Any]) -> str:
@@ -275,50 +260,3 @@ def reference_accuracy_of(rows: Iterable[Mapping[str, Any]], family: str | None 
     chosen = (r for r in rows if (derive_family(r) == family if family else derive_family(r) != ORACLE))
     accuracies = [p.accuracy for p in points(chosen)]
     return max(accuracies) if accuracies else None
-
-
-# ------------------------------------------------------------------------------------------------ labels
-
-
-def row_label(row: Mapping[str, Any]) -> str:
-    """One run, named as console lines and plots name it: its family (with its preset) and settings, e.g.
-    "eb-confidence gamma=0.001" or "llada (steps-confidence) steps=64, block_length=32"."""
-    preset = row.get("preset")
-    family = derive_family(row)
-    if family != ORACLE and row.get("kind") != ORACLE:  # the family may be tagged ("mdm: eb-confidence")
-        return f"{family} {sampler_settings(row.get('sampler'))}".strip()
-    return run_label(ORACLE, row.get("sampler"), preset if isinstance(preset, str) else None)
-
-
-def row_settings(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of a row's sampler that tell runs of a family apart, by field (`results.settings_items`)."""
-    return dict(settings_items(row.get("sampler")))
-
-
-def swept_settings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The settings whose value differs between `rows` (one family's), in the order the configs list them."""
-    rows = list(rows)
-    values: dict[str, set[str]] = {}
-    for row in rows:
-        for key, value in row_settings(row).items():
-            values.setdefault(key, set()).add(repr(value))
-    return [key for key, seen in values.items()
-            if len(seen) > 1 or any(key not in row_settings(row) for row in rows)]
-
-
-def _ordered(values: Iterable[Any]) -> list[Any]:
-    distinct = list({canonical(v): v for v in values}.values())
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in distinct)
-    return sorted(distinct) if numbers else sorted(distinct, key=str)
-
-
-def family_settings(rows: Iterable[Mapping[str, Any]]) -> str:
-    """What a family's runs were run with, in one cell: swept settings with their values, then fixed ones:
-    "gamma ∈ {0.001, 0.01, 0.1}; block_length=32"."""
-    rows = list(rows)
-    swept = swept_settings(rows)
-    parts = [f"{key} ∈ {{{', '.join(str(v) for v in _ordered(row_settings(r).get(key) for r in rows))}}}"
-             for key in swept]
-    fixed = {k: v for k, v in (row_settings(rows[0]) if rows else {}).items() if k not in swept}
-    parts += [", ".join(f"{k}={v}" for k, v in fixed.items())] if fixed else []
-    return "; ".join(parts)

@@ -9,15 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mdmkit.analysis.pareto import (
-    ORACLE,
-    derive_family,
-    fronts_by_family,
-    overall_front,
-    points,
-    row_settings,
-    swept_settings,
-)
+from mdmkit.analysis.pareto import fronts_by_family, overall_front, points
+from mdmkit.io.naming import ORACLE, derive_family, row_settings, swept_settings
 
 # Fixed colours for the usual families so that a family keeps its colour from plot to plot.
 _KNOWN_FAMILIES = (

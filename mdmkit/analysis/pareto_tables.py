@@ -11,19 +11,14 @@ from typing import Any
 from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pages import markdown_table
 from mdmkit.analysis.pareto import (
-    ORACLE,
-    derive_family,
-    family_settings,
     fronts_by_family,
     lowest_nfe_keeping,
     nfe_at_accuracy,
     points,
     reference_accuracy_of,
-    row_settings,
     speedup,
-    swept_settings,
 )
-from mdmkit.io.results import sampler_settings
+from mdmkit.io.naming import ORACLE, derive_family, family_settings, row_settings, sampler_settings, swept_settings
 
 _SETTINGS_WIDTH = 64
 

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from mdmkit.analysis.pareto import derive_family, row_label
 from mdmkit.analysis.pareto_plot import plot_fronts, plot_title
 from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.config import build, require, require_bool, require_int, to_container
@@ -32,6 +31,7 @@ from mdmkit.evaluation.sweep import SweepJob, chosen_preset, expand
 from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint, parameter_counts
 from mdmkit.evaluation.tracking import log_rows
 from mdmkit.io.checkpoint import TrainedModel
+from mdmkit.io.naming import derive_family, row_label
 from mdmkit.io.results import (
     append_record,
     check_writable,

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from mdmkit.analysis.stats import wilson_interval
 from mdmkit.core.progress import ForwardTicks, progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
-from mdmkit.io.results import wilson_interval
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.samplers import ForwardCounter, Sampler
 from mdmkit.samplers.oracle import oracle_floor

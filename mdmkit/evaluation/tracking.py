@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mdmkit.analysis.aup import family_aup
-from mdmkit.analysis.pareto import derive_family, row_label
+from mdmkit.io.naming import derive_family, row_label
 
 # family: with its preset where that is more than the rule's plain option; label: family and settings, as printed
 COLUMNS = ["family", "preset", "label", "sampler", "accuracy", "ci95_low", "ci95_high", "nfe_mean", "nfe_median",

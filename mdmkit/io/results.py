@@ -2,19 +2,15 @@
 
 A row carries what is needed to trust and re-find it later: the checkpoint's content fingerprint, the git
 commit and package versions, the machine, and a `key` over everything that determines the measurement
-(checkpoint, task data, sampler, seed, limit), so a re-run sweep can skip what is already done.
-
-It also names rows, the same way in console lines, tables and plots (`sampler_family`, `preset_family`,
-`sampler_settings`). The row's `preset` (the `conf/sampler` option) is a name beside the config, never in `key`.
+(checkpoint, task data, sampler, seed, limit), so a re-run sweep can skip what is already done. The row's
+`preset` (the `conf/sampler` option) and `family` (`mdmkit.io.naming`) are names beside the config, never in `key`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import subprocess
@@ -88,25 +84,6 @@ def provenance() -> dict[str, Any]:
     return {"git_commit": commit, "versions": versions}
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion (sane at 0% and 100%, unlike the normal one)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def sign_test(gained: int, lost: int) -> float:
-    """Two-sided exact sign test of two models on the same examples: the chance, were both equally good, that
-    the examples one solves and the other fails split at least this unevenly (ties, solved or failed by both,
-    carry no information and are left out)."""
-    changed = gained + lost
-    tail = sum(math.comb(changed, i) for i in range(min(gained, lost) + 1)) / 2 ** changed
-    return min(1.0, 2 * tail)
-
-
 def append_record(path: str | Path, record: dict[str, Any]) -> dict[str, Any]:
     """Append one row as a single write + fsync: a crash leaves whole rows, at worst one torn last line.
 
@@ -160,106 +137,3 @@ def check_writable(path: str | Path) -> None:
             path.unlink(missing_ok=True)  # no empty file left by a run that fails later (ranks race here)
     except OSError as error:
         raise ConfigError(f"results_file={path} cannot be written: {error.strerror or error}") from None
-
-
-# ---------------------------------------------------------------------------------------- names and labels
-
-ORACLE = "oracle"
-# Fields the family name already says (ordering and P2's score, the KV cache) or that name the class.
-_IN_FAMILY = ("_target_", "name", "ordering", "score", "cache")
-
-
-@cache
-def _masked_loop_defaults() -> dict[str, Any]:
-    """The fields every masked-loop sampler shares, at the values that change nothing: left out of labels (a
-    temperature of 0.7 is shown, one of 0.0 is not)."""
-    from mdmkit.samplers import MaskedSampler
-
-    return {field.name: field.default for field in dataclasses.fields(MaskedSampler)}
-
-
-def sampler_family(sampler: Mapping[str, Any] | None, kind: str | None = None) -> str:
-    """The sampling rule of a sampler config: the class name without "Sampler"/"Decoder", lower case, then the
-    ordering (P2: its score) and a KV cache other than none.
-
-    `{"_target_": "mdmkit.samplers.EBSampler", "ordering": "entropy"}` -> "eb-entropy"; an NI sampler over EB ->
-    "ni-eb-confidence"; EB with the dual cache -> "eb-confidence+dual"; an oracle floor ("oracle" kind or sampler
-    name) -> "oracle".
-    """
-    sampler = sampler or {}
-    if kind == ORACLE or sampler.get("name") == ORACLE:
-        return ORACLE
-    target = sampler.get("_target_")
-    if target:
-        name = str(target).rsplit(".", 1)[-1].removesuffix("Sampler").removesuffix("Decoder").lower()
-    else:
-        name = str(sampler.get("name", "unknown")).lower()
-    for inner in ("rule", "base"):  # a decoder that delegates reveals to a sampler (SBD), a sampler on another (NI)
-        if isinstance(sampler.get(inner), Mapping):
-            return f"{name}-{sampler_family(sampler[inner])}"
-    ordering = sampler.get("ordering", sampler.get("score"))
-    family = f"{name}-{ordering}" if isinstance(ordering, str) and ordering else name
-    cache = sampler.get("cache")
-    return f"{family}+{cache}" if isinstance(cache, str) and cache not in ("", "none") else family
-
-
-def _normalised(name: str) -> str:
-    return name.replace("_", "").replace("-", "").lower()
-
-
-def is_plain_preset(preset: str, family: str) -> bool:
-    """Whether the option `preset` is the rule's own option, which the family name already says: "eb" for
-    "eb-confidence", "ni_eb" for "ni-eb-confidence", "dream_steps" for "dreamsteps-entropy", "all" for
-    "revealall-confidence"; not "llada" (a steps schedule), "fastdllm_threshold" or "dream_entropy"."""
-    name = _normalised(preset)
-    parts = family.split("+")[0].split("-")
-    prefixes = {_normalised("".join(parts[:i])) for i in range(1, len(parts) + 1)}
-    return name in prefixes or (len(name) >= 3 and _normalised(parts[0]).endswith(name))
-
-
-def preset_family(family: str, preset: str | None) -> str:
-    """The family a row is drawn and tabled under: `family` itself for rows without a preset (a config composed
-    outside Hydra) and for the rule's plain option; else the option first: ("steps-confidence", "llada") ->
-    "llada (steps-confidence)", so presets with different configs get fronts of their own. Idempotent."""
-    if not preset or family == ORACLE or is_plain_preset(preset, family) or f"{preset} (" in family:
-        return family
-    return f"{preset} ({family})"
-
-
-def settings_items(sampler: Mapping[str, Any] | None, prefix: str = "") -> list[tuple[str, Any]]:
-    """The (field, value) pairs of a sampler config that tell runs of one family apart: fields the family name
-    says and shared fields at their no-op value are left out; a nested sampler (NI's base, SBD's rule) gives
-    "base.k"-style fields; an oracle floor gives those of the sampler it is the floor of."""
-    if not sampler:
-        return []
-    if sampler.get("name") == ORACLE:
-        return settings_items(sampler.get("reference") or {}, prefix)
-    items: list[tuple[str, Any]] = []
-    shared = _masked_loop_defaults()
-    for key, value in sampler.items():
-        if key in _IN_FAMILY or value is None or (key in shared and value == shared[key]):
-            continue
-        if isinstance(value, Mapping):
-            items += settings_items(value, f"{prefix}{key}.")
-        else:
-            items.append((f"{prefix}{key}", value))
-    return items
-
-
-def sampler_settings(sampler: Mapping[str, Any] | None) -> str:
-    """`settings_items` as "key=value, ...": "gamma=0.001", "epsilon=0.9, base.k=1". An oracle floor:
-    "floor of <family> <settings>"."""
-    if sampler and sampler.get("name") == ORACLE:
-        inner = sampler.get("reference") or {}
-        return f"floor of {sampler_family(inner)} {sampler_settings(inner)}".strip()
-    return ", ".join(f"{key}={value}" for key, value in settings_items(sampler))
-
-
-def run_label(family: str, sampler: Mapping[str, Any] | None, preset: str | None = None) -> str:
-    """How one run is named on a console line or in a plot: "eb-confidence gamma=0.001", "llada (steps-confidence)
-    steps=64, block_length=32"; an oracle floor: "oracle floor of topk-confidence k=1"."""
-    sampler = sampler or {}
-    if family == ORACLE or sampler.get("name") == ORACLE:
-        inner = sampler.get("reference") or {}
-        return f"oracle floor of {run_label(sampler_family(inner), inner, preset)}".strip()
-    return f"{preset_family(family, preset)} {sampler_settings(sampler)}".strip()

@@ -14,7 +14,6 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig
 
-from mdmkit.analysis.pareto import derive_family, row_label
 from mdmkit.core.config import build, duration_seconds, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
@@ -30,6 +29,7 @@ from mdmkit.io.checkpoint import (
     save_slim,
     shape_mismatch,
 )
+from mdmkit.io.naming import derive_family, row_label
 from mdmkit.io.results import append_record
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.training.callbacks import (

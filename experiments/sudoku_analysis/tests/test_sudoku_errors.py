@@ -12,8 +12,8 @@ import pytest
 from experiments.sudoku_analysis import sudoku_errors
 from experiments.sudoku_analysis.sudoku_logic import GRADES, HIDDEN, NAKED, grade_puzzle
 from experiments.sudoku_analysis.tests.conftest import ROOT, run_module
+from mdmkit.analysis.stats import sign_test
 from mdmkit.io.checkpoint import TrainedModel
-from mdmkit.io.results import sign_test
 from mdmkit.tasks.sudoku import puzzles_and_solutions
 
 SUDOKU_CKPT = str(ROOT / "checkpoints" / "sudoku_mdm.pt")  # the CPU model: 30-36 givens
