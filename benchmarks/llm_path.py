@@ -34,7 +34,7 @@ from benchmarks.roofline import Hardware
 from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
 from mdmkit.models.llm.moe import MoEConfig
 from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
-from mdmkit.samplers.protocol import Sampler
+from mdmkit.samplers.core.protocol import Sampler
 
 MODES = ("none", "prefix", "dual", "block")
 CACHES = ("prefix", "dual")  # the approximate caches, for bidirectional networks only

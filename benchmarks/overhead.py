@@ -48,7 +48,7 @@ from mdmkit.samplers import (
     TopKSampler,
     WinoSampler,
 )
-from mdmkit.samplers.slowfast import SlowFastSampler
+from mdmkit.samplers.rules.slowfast import SlowFastSampler
 from mdmkit.tasks.sudoku import SudokuTask, serialize
 from mdmkit.tasks.sudoku_generator import generate_puzzles
 

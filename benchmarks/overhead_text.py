@@ -38,7 +38,7 @@ from mdmkit.samplers import (
     TopKSampler,
     WinoSampler,
 )
-from mdmkit.samplers.slowfast import SlowFastSampler
+from mdmkit.samplers.rules.slowfast import SlowFastSampler
 
 BLOCK = 32  # LLaDA's semi-autoregressive block, as text evaluations decode
 TEXT_RULES: dict[str, Callable[[], Sampler]] = {

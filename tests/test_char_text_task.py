@@ -13,7 +13,7 @@ from conftest import BENCHMARK_DATA, TINY, compose_config
 
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.runner import sample_split
-from mdmkit.samplers.speculative import WindowSampler
+from mdmkit.samplers.rules.speculative import WindowSampler
 from mdmkit.tasks.chars import ALPHABET, CharTextTask, normalize, unigram_entropy, words
 from mdmkit.training.train import run_training
 

@@ -33,9 +33,9 @@ from mdmkit.samplers import (
     ThresholdSampler,
     TopKSampler,
 )
-from mdmkit.samplers.kv_cache import BlockCache, block_spans
-from mdmkit.samplers.masked import StepRule
-from mdmkit.samplers.protocol import Canvas
+from mdmkit.samplers.core.kv_cache import BlockCache, block_spans
+from mdmkit.samplers.core.masked import StepRule
+from mdmkit.samplers.core.protocol import Canvas
 
 V, MASK, L = 12, 11, 14
 PROMPTS = [[3, 1, 4], [1, 5, 9, 2, 6], [5, 3]]
@@ -366,7 +366,7 @@ def test_ni_sampling_refuses_a_cached_base_when_built_and_needs_the_bases_capabi
 def test_families_name_the_cache_only_where_there_is_one() -> None:
     eb = {"_target_": "mdmkit.samplers.EBSampler", "ordering": "confidence", "gamma": 0.1, "block_length": 32}
     plain, dual = {**eb, "cache": "none", "cache_refresh": None}, {**eb, "cache": "dual", "cache_refresh": None}
-    ni = {"_target_": "mdmkit.samplers.ni.NISampler", "base": plain, "epsilon": 0.9}
+    ni = {"_target_": "mdmkit.samplers.NISampler", "base": plain, "epsilon": 0.9}
     assert derive_family({"sampler": plain}) == derive_family({"sampler": eb}) == "eb-confidence"
     assert derive_family({"sampler": dual}) == "eb-confidence+dual"
     assert derive_family({"sampler": {**ni, "base": {**eb, "cache": "prefix"}}}) == "ni-eb-confidence+prefix"

@@ -99,7 +99,7 @@ def test_each_block_costs_its_steps_and_one_committing_forward() -> None:
 
 
 def test_the_rule_refuses_what_it_does_not_compute() -> None:
-    from mdmkit.samplers.llada2 import Llada2Sampler
+    from mdmkit.samplers.rules.llada2 import Llada2Sampler
 
     with pytest.raises(ConfigError, match="mask_in_softmax true"):
         Llada2Sampler(mask_in_softmax=False)

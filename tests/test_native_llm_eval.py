@@ -31,7 +31,7 @@ from mdmkit.samplers import (
     StepsSampler,
     TopKSampler,
 )
-from mdmkit.samplers.kv_cache import BlockCache
+from mdmkit.samplers.core.kv_cache import BlockCache
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
 needs_models = pytest.mark.skipif(

@@ -39,15 +39,15 @@ from mdmkit.samplers import (
     ThresholdSampler,
     TopKSampler,
 )
-from mdmkit.samplers.ni import NISampler
-from mdmkit.samplers.oracle import oracle_floor, oracle_groups
-from mdmkit.samplers.p2 import P2Sampler
+from mdmkit.samplers.rules.ni import NISampler
+from mdmkit.samplers.rules.oracle import oracle_floor, oracle_groups
+from mdmkit.samplers.rules.p2 import P2Sampler
 from mdmkit.training.indicator.trajectories import TrajectoryConfig, build_trajectories, load_trajectories
 from mdmkit.training.module import MDMModule
 
 V, M, L = 9, 8, 14  # vocabulary (the last token is the mask), mask id, sequence length
 INF = math.inf
-NI = "mdmkit.samplers.ni.NISampler"
+NI = "mdmkit.samplers.NISampler"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -7,7 +7,7 @@ import torch
 from fakes import DEPS, TARGET, Dependent, random_transformer
 
 from mdmkit.samplers import ForwardCounter, Sampled, TopKSampler
-from mdmkit.samplers.oracle import oracle_floor, oracle_groups, oracle_merge
+from mdmkit.samplers.rules.oracle import oracle_floor, oracle_groups, oracle_merge
 
 V, MASK = 6, 5
 

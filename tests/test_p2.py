@@ -240,7 +240,7 @@ def test_config_file_builds_the_defaults_and_rejects_misuse() -> None:
 
 
 def test_a_planner_checkpoint_is_resolved_by_evaluation_not_by_the_sampler(tmp_path: Path) -> None:
-    config = {"_target_": "mdmkit.samplers.p2.P2Sampler", "steps": 2, "planner": str(tmp_path / "missing.pt")}
+    config = {"_target_": "mdmkit.samplers.P2Sampler", "steps": 2, "planner": str(tmp_path / "missing.pt")}
     with pytest.raises(CheckpointError, match="not found"):
         build_sampler(config)  # checked before any model is loaded
     with pytest.raises(ConfigError, match="loaded network"):
@@ -249,7 +249,7 @@ def test_a_planner_checkpoint_is_resolved_by_evaluation_not_by_the_sampler(tmp_p
 
 def test_a_planner_of_another_task_is_one_line() -> None:
     base = TrainedModel(ROOT / "checkpoints/sudoku_mdm.pt").network()
-    config = {"_target_": "mdmkit.samplers.p2.P2Sampler", "steps": 2, "planner": str(ROOT / "checkpoints/maze_mdm.pt")}
+    config = {"_target_": "mdmkit.samplers.P2Sampler", "steps": 2, "planner": str(ROOT / "checkpoints/maze_mdm.pt")}
     with pytest.raises(CheckpointError, match=r"maze_mdm.pt: a model of another task \(\d+ tokens, 50 positions\) "
                                               r"than the one evaluated \(\d+ tokens, 89 positions\)"):
         build_sampler(config, base)

@@ -13,9 +13,9 @@ from fakes import FixedLogits
 from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
 from mdmkit.samplers import DreamStepsSampler, ForwardCounter
-from mdmkit.samplers.budget import Ranked
-from mdmkit.samplers.ordering import entropy, entropy_with_eps
-from mdmkit.samplers.steps import DreamSchedule
+from mdmkit.samplers.core.budget import Ranked
+from mdmkit.samplers.core.ordering import entropy, entropy_with_eps
+from mdmkit.samplers.rules.steps import DreamSchedule
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

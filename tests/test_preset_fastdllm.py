@@ -14,8 +14,8 @@ from fakes import FixedConfidence, FixedLogits, masked_rows, random_transformer
 from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
 from mdmkit.samplers import FactorSampler, FastDllmFactorSampler, ForwardCounter
-from mdmkit.samplers.budget import Ranked
-from mdmkit.samplers.factor import ConfidenceFactor, FastDllmFactor
+from mdmkit.samplers.core.budget import Ranked
+from mdmkit.samplers.rules.factor import ConfidenceFactor, FastDllmFactor
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

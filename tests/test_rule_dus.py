@@ -16,7 +16,7 @@ from mdmkit.core.errors import CapabilityError, ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.models.denoiser import KV_CACHE, require_capabilities
 from mdmkit.samplers import DUSSampler, ForwardCounter
-from mdmkit.samplers.dus import dilated_groups
+from mdmkit.samplers.rules.dus import dilated_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

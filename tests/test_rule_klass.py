@@ -17,7 +17,7 @@ from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
 from mdmkit.samplers import ForwardCounter, KlassSampler, TopKSampler
-from mdmkit.samplers.klass import kl_to_previous
+from mdmkit.samplers.rules.klass import kl_to_previous
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

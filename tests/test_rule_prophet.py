@@ -20,7 +20,7 @@ from mdmkit.samplers import (
     ThresholdSampler,
     TopKSampler,
 )
-from mdmkit.samplers.prophet import mean_gap
+from mdmkit.samplers.rules.prophet import mean_gap
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,7 +18,7 @@ from mdmkit.core.config import build, option
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.samplers import ForwardCounter
-from mdmkit.samplers.slowfast import SlowFastSampler, block_offsets
+from mdmkit.samplers.rules.slowfast import SlowFastSampler, block_offsets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -433,7 +433,7 @@ def test_the_option_builds_the_defaults_names_its_family_and_runs_end_to_end() -
     assert sampler == SlowFastSampler()
     assert (sampler.min_confidence, sampler.high_confidence, sampler.explore_steps, sampler.window,
             sampler.stable_variance) == (0.1, 0.85, 8, 2, 1.0)
-    config = {"_target_": "mdmkit.samplers.slowfast.SlowFastSampler", **option("sampler", "slowfast")}
+    config = {"_target_": "mdmkit.samplers.SlowFastSampler", **option("sampler", "slowfast")}
     assert derive_family({"sampler": config}) == "slowfast"
     small = build({**config, "block_length": 4, "span_cache": True}, "sampler")
     network, batch = real_network(), prompts()

@@ -30,12 +30,12 @@ from mdmkit.samplers import (
     TopKSampler,
     WinoSampler,
 )
-from mdmkit.samplers.budget import Ranked
-from mdmkit.samplers.eb import EntropyBound
-from mdmkit.samplers.factor import ConfidenceFactor
-from mdmkit.samplers.slowfast import SlowFastSampler
-from mdmkit.samplers.steps import DreamSchedule, StepSchedule
-from mdmkit.samplers.threshold import ConfidenceThreshold
+from mdmkit.samplers.core.budget import Ranked
+from mdmkit.samplers.rules.eb import EntropyBound
+from mdmkit.samplers.rules.factor import ConfidenceFactor
+from mdmkit.samplers.rules.slowfast import SlowFastSampler
+from mdmkit.samplers.rules.steps import DreamSchedule, StepSchedule
+from mdmkit.samplers.rules.threshold import ConfidenceThreshold
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -13,7 +13,7 @@ from mdmkit.core.errors import ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.objectives.sbd import SBDLoss, causal_mask, sbd_attention_mask, sbd_block_mask
 from mdmkit.samplers import EBSampler, ForwardCounter, NTPDecoder, SBDSampler, ThresholdSampler, TopKSampler
-from mdmkit.samplers.sbd import _CausalDecodeState
+from mdmkit.samplers.rules.sbd import _CausalDecodeState
 
 VOCAB, MASK, LENGTH = 12, 11, 20
 PROMPTS = [5, 8, 3]

@@ -22,7 +22,7 @@ from mdmkit.models.speculative import SpeculativeConfig, SpeculativeTransformer,
 from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 from mdmkit.objectives.speculative import SpeculativeLoss, random_order
 from mdmkit.samplers import ForwardCounter
-from mdmkit.samplers.speculative import SpeculativeSampler, WindowSampler, accept, residual, window_size
+from mdmkit.samplers.rules.speculative import SpeculativeSampler, WindowSampler, accept, residual, window_size
 from mdmkit.training.train import run_training
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from mdmkit.samplers import ForwardCounter
-from mdmkit.samplers.ordering import entropy
+from mdmkit.samplers.core.ordering import entropy
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
 from mdmkit.samplers import ForwardCounter, Sampler
-from mdmkit.samplers.oracle import oracle_floor
+from mdmkit.samplers.rules.oracle import oracle_floor
 from mdmkit.tasks.base import PuzzleTask, Split
 
 

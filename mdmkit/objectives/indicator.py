@@ -1,7 +1,7 @@
 """Indicator labels: roll a reference trajectory back to step t' and mark what the oracle would merge there.
 
 From the state after steps 0..t'-1, the positions of the steps the oracle's trajectory-preserving merge
-(`mdmkit.samplers.oracle`) reveals are labelled 1, every other still-masked position 0. Walking these merges from
+(`mdmkit.samplers.rules.oracle`) reveals are labelled 1, every other still-masked position 0. Walking these merges from
 t' = 0 is exactly `oracle_merge` (tests/test_ni.py checks it).
 """
 

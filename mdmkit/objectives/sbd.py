@@ -5,7 +5,7 @@ SBD (Gat et al. 2025, eq. 14) trains one network for two uses. The input is 2L t
 probability eta ~ U(0, 1) per sequence. The copy is cut into blocks of k: each noisy block attends
 bidirectionally within itself and to the clean tokens of earlier blocks, and predicts its own masked tokens.
 Both halves share position ids, so noisy token i sits exactly where clean token i does: at inference a block
-of masks after a cached prefix is the same computation (see `mdmkit.samplers.sbd`).
+of masks after a cached prefix is the same computation (see `mdmkit.samplers.rules.sbd`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from mdmkit.core.config import require
 from mdmkit.objectives import MaskedDiffusionLoss
 from mdmkit.objectives.masked_diffusion import Corruption
 from mdmkit.samplers import MaskedSampler
-from mdmkit.samplers.budget import Ranked
+from mdmkit.samplers.core.budget import Ranked
 from mdmkit.tasks.sudoku import SudokuTask
 
 

@@ -26,3 +26,28 @@ def test_old_rows_gain_todays_fields_and_stored_measurements_are_keyed_again(tmp
     assert third == train
     assert json.loads((tmp_path / "rows.jsonl.bak").read_text().splitlines()[1]) == stale
     assert migrate_file(path) == (0, 3)  # idempotent
+
+
+def test_sampler_targets_named_by_module_path_become_the_public_ones_nested_too(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    rule = {"_target_": "mdmkit.samplers.topk.TopKSampler", "k": 2}
+    ni = {"_target_": "mdmkit.samplers.ni.NISampler", "base": rule, "epsilon": 0.9}
+    measured = {"kind": "evaluate", "key": "stale", "sampler": ni, "measurement": MEASUREMENT, "preset": "ni",
+                "family": "ni-topk-confidence"}
+    unmeasured = {"kind": "evaluate", "key": "kept", "preset": None, "family": "speculative-random",
+                  "sampler": {"_target_": "mdmkit.samplers.speculative.SpeculativeSampler"},
+                  "train_config": {"sampler": {"_target_": "mdmkit.samplers.speculative.WindowSampler"},
+                                   "task": {"_target_": "mdmkit.tasks.sudoku.SudokuTask"}}}
+    train = {"kind": "train", "config": {"sampler": {"_target_": "mdmkit.samplers.p2_listing.P2ListingSampler"}}}
+    path.write_text("".join(json.dumps(row) + "\n" for row in (measured, unmeasured, train)))
+    assert migrate_file(path) == (3, 3)
+    first, second, third = read_records(path)
+    base = {**rule, "_target_": "mdmkit.samplers.TopKSampler"}
+    public = {**ni, "_target_": "mdmkit.samplers.NISampler", "base": base}
+    assert first == {**measured, "sampler": public, "key": evaluation_key("evaluate", public, MEASUREMENT)}
+    assert first["key"] != "stale"
+    assert second["key"] == "kept" and second["sampler"] == {"_target_": "mdmkit.samplers.SpeculativeSampler"}
+    assert second["train_config"] == {"sampler": {"_target_": "mdmkit.samplers.WindowSampler"},
+                                      "task": {"_target_": "mdmkit.tasks.sudoku.SudokuTask"}}  # not a sampler: kept
+    assert third == {"kind": "train", "config": {"sampler": {"_target_": "mdmkit.samplers.P2ListingSampler"}}}
+    assert migrate_file(path) == (0, 3)  # idempotent

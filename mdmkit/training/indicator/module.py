@@ -21,10 +21,10 @@ from mdmkit.core.seeding import seeded_generator
 from mdmkit.io.checkpoint import TrainedModel, build_task
 from mdmkit.models.indicator import IndicatorScorer
 from mdmkit.objectives.indicator import labelled_examples
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.ni import NISampler, log_odds_threshold
-from mdmkit.samplers.oracle import oracle_floor
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.protocol import Sampled
+from mdmkit.samplers.rules.ni import NISampler, log_odds_threshold
+from mdmkit.samplers.rules.oracle import oracle_floor
 from mdmkit.training.indicator.data import Batch
 from mdmkit.training.indicator.trajectories import TrajectoryConfig
 from mdmkit.training.module import loss_on_progress_bar, step_generator

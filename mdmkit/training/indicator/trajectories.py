@@ -30,10 +30,10 @@ from mdmkit.core.progress import progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.results import file_fingerprint, row_key
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler
-from mdmkit.samplers.protocol import Sampled
-from mdmkit.samplers.topk import TopKSampler
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler
+from mdmkit.samplers.core.protocol import Sampled
+from mdmkit.samplers.rules.topk import TopKSampler
 from mdmkit.tasks.base import SPLITS, PuzzleTask, Split, default_cache_dir
 
 _COLUMNS = ("tokens", "reveal_step", "steps", "index", "correct")

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import CAUSAL_HEAD, without_mask
 from mdmkit.models.speculative import Trunk, gather_positions
-from mdmkit.samplers.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.ordering import ERROR_PROXIES
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.ordering import ERROR_PROXIES
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 _SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
 

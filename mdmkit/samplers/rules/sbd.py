@@ -17,11 +17,11 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, KVCache
-from mdmkit.samplers.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.eb import EBSampler
-from mdmkit.samplers.masked import MaskedSampler
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.rules.eb import EBSampler
 
 _FILLER = 0  # token id placed in padding slots; they are never attended to and never revealed
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.budget import Ranked, prefix_length
-from mdmkit.samplers.masked import MaskedSampler
+from mdmkit.samplers.core.budget import Ranked, prefix_length
+from mdmkit.samplers.core.masked import MaskedSampler
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import torch
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import without_mask
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 # kappa(t): the fraction of non-fixed positions revealed after the step at time t in (0, 1]; each is
 # non-decreasing with kappa(1) = 1, so the masked count never grows and the last step reveals everything.

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mdmkit.samplers.budget import Ranked
-from mdmkit.samplers.masked import MaskedSampler
+from mdmkit.samplers.core.budget import Ranked
+from mdmkit.samplers.core.masked import MaskedSampler
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler
-from mdmkit.samplers.protocol import Canvas, Sampled, settle_stopped
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler
+from mdmkit.samplers.core.protocol import Canvas, Sampled, settle_stopped
 
 
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

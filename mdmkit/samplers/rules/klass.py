@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.budget import Budget
-from mdmkit.samplers.masked import MaskedSampler, StepRule
-from mdmkit.samplers.steps import StepSchedule
-from mdmkit.samplers.topk import FixedCount
+from mdmkit.samplers.core.budget import Budget
+from mdmkit.samplers.core.masked import MaskedSampler, StepRule
+from mdmkit.samplers.rules.steps import StepSchedule
+from mdmkit.samplers.rules.topk import FixedCount
 
 KL_EPS = 1e-12  # the code's eps inside both logarithms
 

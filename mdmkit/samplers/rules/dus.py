@@ -16,7 +16,7 @@ from functools import lru_cache
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.blocks import (
+from mdmkit.samplers.core.blocks import (
     NO_BLOCK,
     cache_requirements,
     check_cache_fields,
@@ -24,10 +24,10 @@ from mdmkit.samplers.blocks import (
     eligible_span,
     enter_blocks,
 )
-from mdmkit.samplers.choice import choose_in_span
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.choice import choose_in_span
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 
 def dilated_groups(size: int, base: int = 2, base_skip: int = 1) -> list[list[int]]:

@@ -14,7 +14,7 @@ import torch
 
 from mdmkit.core.config import Validated
 from mdmkit.core.stopping import Stop
-from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.core.counting import ForwardCounter
 
 
 @dataclass

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.masked import MaskedSampler, StepRule
-from mdmkit.samplers.threshold import ConfidenceThreshold
+from mdmkit.samplers.core.masked import MaskedSampler, StepRule
+from mdmkit.samplers.rules.threshold import ConfidenceThreshold
 
 
 class _Credits(StepRule):

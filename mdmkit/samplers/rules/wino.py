@@ -18,11 +18,11 @@ import torch
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE, positions_from, without_mask
-from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
-from mdmkit.samplers.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.kv_cache import CacheMode
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
+from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.kv_cache import CacheMode
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 
 @dataclass

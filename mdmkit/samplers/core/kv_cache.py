@@ -18,7 +18,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import CacheWindow, KVCache, positions_from
-from mdmkit.samplers.counting import ForwardCounter
+from mdmkit.samplers.core.counting import ForwardCounter
 
 CacheMode = Literal["none", "prefix", "dual"]
 

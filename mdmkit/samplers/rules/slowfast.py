@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.blocks import answer_blocks, best_of, check_sampling_fields, eligible_span, enter_blocks
-from mdmkit.samplers.choice import choose_in_span
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.kv_cache import CacheMode
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.blocks import answer_blocks, best_of, check_sampling_fields, eligible_span, enter_blocks
+from mdmkit.samplers.core.choice import choose_in_span
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.kv_cache import CacheMode
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 
 def block_offsets(answer: torch.Tensor, block_length: int | None) -> torch.Tensor:

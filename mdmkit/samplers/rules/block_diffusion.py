@@ -18,11 +18,11 @@ from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import KV_CACHE, without_mask
-from mdmkit.samplers.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
-from mdmkit.samplers.threshold import ThresholdSampler
+from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.rules.threshold import ThresholdSampler
 
 
 class ColumnCache:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.budget import Ranked
-from mdmkit.samplers.masked import MaskedSampler
-from mdmkit.samplers.ordering import ErrorProxy, entropy_with_eps
+from mdmkit.samplers.core.budget import Ranked
+from mdmkit.samplers.core.masked import MaskedSampler
+from mdmkit.samplers.core.ordering import ErrorProxy, entropy_with_eps
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import torch
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import HIDDEN_STATES, without_mask
 from mdmkit.models.indicator import IndicatorScorer
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, StepRule
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
-from mdmkit.samplers.topk import TopKSampler
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler, StepRule
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.rules.topk import TopKSampler
 
 # (masked [R, L], logits [R, L, V] with the mask token at -inf, last hidden state [R, L, D]) -> log-odds
 Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -15,10 +15,10 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import without_mask
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.masked import MaskedSampler, StepRule
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler
-from mdmkit.samplers.steps import StepsSampler
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.masked import MaskedSampler, StepRule
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.rules.steps import StepsSampler
 
 
 def mean_gap(logits: torch.Tensor, masked: torch.Tensor, mask_id: int) -> torch.Tensor:

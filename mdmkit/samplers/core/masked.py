@@ -17,7 +17,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import without_mask
-from mdmkit.samplers.blocks import (
+from mdmkit.samplers.core.blocks import (
     answer_blocks,
     cache_requirements,
     check_cache_fields,
@@ -25,12 +25,12 @@ from mdmkit.samplers.blocks import (
     eligible_span,
     enter_blocks,
 )
-from mdmkit.samplers.budget import Budget, Ranked
-from mdmkit.samplers.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.ordering import ERROR_PROXIES, ErrorProxy, entropy
-from mdmkit.samplers.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.budget import Budget, Ranked
+from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
+from mdmkit.samplers.core.ordering import ERROR_PROXIES, ErrorProxy, entropy
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
 
 
 class _LazyRanked(Ranked):

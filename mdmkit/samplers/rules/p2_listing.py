@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mdmkit.samplers.p2 import KAPPAS, P2Sampler
+from mdmkit.samplers.rules.p2 import KAPPAS, P2Sampler
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.models.denoiser import without_mask
-from mdmkit.samplers.counting import ForwardCounter
-from mdmkit.samplers.protocol import Sampled
+from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.protocol import Sampled
 
 
 @dataclass
