@@ -78,7 +78,7 @@ class _TimedNetwork:
 
     def __init__(self, network: DiffusionLM) -> None:
         self.network = network
-        self.config = network.config
+        self.attention, self.shifted_logits = network.attention, network.shifted_logits  # its declared pattern
         self.capabilities = network.capabilities
         self.n_layers = network.n_layers
         self.seconds = 0.0

@@ -155,7 +155,7 @@ class ForwardClock:
     def __init__(self, network: DiffusionLM, syncs: SyncCounter | None = None) -> None:
         self.network, self.syncs = network, syncs
         self.capabilities, self.n_layers, self.mask_id = network.capabilities, network.n_layers, network.mask_id
-        self.shift, self.config = network.shift, network.config
+        self.attention, self.shifted_logits = network.attention, network.shifted_logits  # its declared pattern
         self.cuda = next(network.parameters()).device.type == "cuda"
         self.forwards: list[Forward] = []
         self._events: list[tuple[Any, Any]] = []

@@ -4,13 +4,14 @@ Every network maps partially masked sequences to logits, which is all most sampl
 named capability (the protocols below, and `logits_at`: the forward computes the output layer only on a column
 slice, since at a large vocabulary it and its float32 copy are a step's largest tensors). A network class declares
 its `capabilities`, a sampler lists its `requires`; `require_capabilities` refuses a mismatch in one line before
-any forward, and the forward counter exposes exactly these operations, each charged.
+any forward, and the forward counter exposes exactly these operations, each charged. How a network attends and
+where its logits sit (`AttentionPattern`) and what a cache must offer a forward (`ForwardCache`) are protocols too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -26,6 +27,34 @@ CAPABILITIES = {
     CAUSAL_HEAD: "causal blocks that verify drafts (a SpeculativeTransformer)",
     LOGITS_AT: "logits of chosen columns only",
 }
+AttentionKind = Literal["bidirectional", "block_causal", "causal"]
+
+
+@runtime_checkable
+class AttentionPattern(Protocol):
+    """Declared by every network class: how its tokens attend without an explicit mask (`block_causal`: blocks
+    counted from absolute position 0, each seeing itself and those before it) and whether its logits at position i
+    come from its output at i - 1 (`shifted_logits`, Dream's layout). Caches depend on both: a block-causal network's
+    finished blocks are cached exactly, and a shifted network's cached query window starts one position early. A
+    network that declares neither is taken as bidirectional and unshifted."""
+
+    @property
+    def attention(self) -> AttentionKind: ...
+
+    @property
+    def shifted_logits(self) -> bool: ...
+
+
+class ForwardCache(Protocol):
+    """What a forward reads of a cache: how many cached positions precede its tokens, and per layer the keys and
+    values its tokens attend to, given theirs. Which of theirs are kept is the cache's own rule: `KVCache` appends
+    the first `commit`, `CacheWindow` overwrites a window in place, block diffusion's column cache writes as planned."""
+
+    @property
+    def length(self) -> int: ...
+
+    def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               commit: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass
@@ -94,14 +123,14 @@ class Denoiser(Protocol):
 
 class CachedDenoiser(Denoiser, Protocol):
     """Capability `kv_cache`: `attn_mask` spans the cached entries, then this call's tokens. Causal decoding (NTP,
-    SBD) needs it; the approximate prefix and dual caches (`samplers/kv_cache.py`) need nothing more: they commit
-    the whole canvas once per block and hide, through `attn_mask`, the entries a query may not use."""
+    SBD) needs it; the approximate prefix and dual caches (`samplers/core/kv_cache.py`) need nothing more: they
+    commit the whole canvas once per block and hide, through `attn_mask`, the entries a query may not use."""
 
     @property
     def n_layers(self) -> int: ...
 
     def __call__(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-                 cache: KVCache | None = None, commit: int = 0) -> torch.Tensor: ...
+                 cache: ForwardCache | None = None, commit: int = 0) -> torch.Tensor: ...
 
 
 class HiddenStateDenoiser(Denoiser, Protocol):

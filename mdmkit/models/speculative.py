@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from mdmkit.core.config import require
-from mdmkit.models.denoiser import CAUSAL_HEAD
+from mdmkit.models.denoiser import CAUSAL_HEAD, AttentionKind
 from mdmkit.models.transformer import Block, MaskedTransformer, Rotary, TransformerShape
 
 
@@ -80,6 +80,8 @@ class SpeculativeTransformer(nn.Module):
     sampler runs on this network unchanged: that is the same-architecture MDM baseline."""
 
     capabilities = frozenset({CAUSAL_HEAD})
+    attention: AttentionKind = "bidirectional"  # the trunk's, which `forward` is
+    shifted_logits = False
 
     def __init__(self, config: SpeculativeConfig) -> None:
         super().__init__()

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from mdmkit.core.config import Validated, require
-from mdmkit.models.denoiser import HIDDEN_STATES, KV_CACHE, KVCache
+from mdmkit.models.denoiser import HIDDEN_STATES, KV_CACHE, AttentionKind, ForwardCache
 
 
 @dataclass
@@ -91,7 +91,7 @@ class SelfAttention(nn.Module):
         self.rotary = rotary
 
     def forward(self, x: torch.Tensor, attn_mask: Any, positions: torch.Tensor | None = None,
-                cache: tuple[KVCache, int, int] | None = None) -> torch.Tensor:
+                cache: tuple[ForwardCache, int, int] | None = None) -> torch.Tensor:
         """`attn_mask`: None, a bool tensor (True = may attend) or a FlexAttention BlockMask.
 
         `cache` = (cache, layer index, commit): keys/values of earlier tokens come first in the key sequence.
@@ -126,7 +126,7 @@ class Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, attn_mask: Any, positions: torch.Tensor | None = None,
-                cache: tuple[KVCache, int, int] | None = None) -> torch.Tensor:
+                cache: tuple[ForwardCache, int, int] | None = None) -> torch.Tensor:
         x = x + self.attn(self.norm_attn(x), attn_mask, positions, cache)
         return x + self.mlp(self.norm_mlp(x))
 
@@ -135,6 +135,8 @@ class MaskedTransformer(nn.Module):
     """Maps tokens [B, L] (some of them the mask token) to logits [B, L, vocab_size]."""
 
     capabilities = frozenset({KV_CACHE, HIDDEN_STATES})
+    attention: AttentionKind = "bidirectional"  # without a mask (`attn_mask` makes it causal for NTP, or between)
+    shifted_logits = False
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -163,7 +165,7 @@ class MaskedTransformer(nn.Module):
         return len(self.blocks)
 
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-                cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+                cache: ForwardCache | None = None, commit: int = 0) -> torch.Tensor:
         """Logits [B, L, vocab] of `tokens` [B, L]: the head on `hidden` (same arguments)."""
         return self.head(self.norm(self.hidden(tokens, attn_mask, positions, cache, commit)))
 
@@ -173,7 +175,7 @@ class MaskedTransformer(nn.Module):
         return self.head(hidden), hidden
 
     def hidden(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-               cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+               cache: ForwardCache | None = None, commit: int = 0) -> torch.Tensor:
         """The residual stream after the last block [B, L, d_model], which the head reads.
 
         `attn_mask` (bool, True = may attend, broadcast to [B, heads, L, cache + L]; or a BlockMask) makes

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mdmkit.core.config import Validated, require
-from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, KVCache, positions_from
+from mdmkit.models.denoiser import KV_CACHE, LOGITS_AT, AttentionKind, ForwardCache, positions_from
 from mdmkit.models.llm.moe import GatedMLP, MoE, MoEConfig
 
 
@@ -132,7 +132,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(config.head_dim, config.rms_eps) if config.qk_norm else None
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
-                cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
+                cache: tuple[ForwardCache, int, int] | None) -> torch.Tensor:
         config = self.config
         batch, length, _ = x.shape
         q = self.q(x).view(batch, length, config.n_heads, config.head_dim).transpose(1, 2)
@@ -163,7 +163,7 @@ class Block(nn.Module):
         self.mlp = MoE(config.d_model, config.moe) if moe else GatedMLP(config.d_model, config.mlp_hidden)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
-                cache: tuple[KVCache, int, int] | None) -> torch.Tensor:
+                cache: tuple[ForwardCache, int, int] | None) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rotary, attn_mask, cache)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -218,8 +218,18 @@ class DiffusionLM(nn.Module):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @property
+    def attention(self) -> AttentionKind:
+        """Block-causal with `attention_block` (Fast-dLLM v2, LLaDA2.0), else bidirectional."""
+        return "bidirectional" if self.config.attention_block is None else "block_causal"
+
+    @property
+    def shifted_logits(self) -> bool:
+        """With `shift_logits` (Dream, Fast-dLLM v2) position i's logits are the output at i - 1."""
+        return self.shift
+
     def forward(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-                cache: KVCache | None = None, commit: int = 0, logits_at: slice | None = None) -> torch.Tensor:
+                cache: ForwardCache | None = None, commit: int = 0, logits_at: slice | None = None) -> torch.Tensor:
         """Logits of `tokens` (only of the columns `logits_at`, if given); other arguments as `hidden`. With
         `shift_logits` the re-alignment is within this call: its first token keeps its own output, so a caller that
         needs token i's prediction queries token i - 1."""
@@ -233,7 +243,7 @@ class DiffusionLM(nn.Module):
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)[:, 1 if first > 0 else 0:]
         return logits
 
-    def positions_for(self, tokens: torch.Tensor, attn_mask: Any, cache: KVCache | None) -> torch.Tensor:
+    def positions_for(self, tokens: torch.Tensor, attn_mask: Any, cache: ForwardCache | None) -> torch.Tensor:
         """Default positions: past + 0..L-1 after a cache of `past` tokens; with `pad_positions` and a key-padding
         mask (no cache), counted from each row's first real token, as Dream's sampler counts them."""
         keep = key_padding_keep(attn_mask) if self.config.pad_positions and cache is None else None
@@ -243,7 +253,7 @@ class DiffusionLM(nn.Module):
         return torch.arange(past, past + tokens.shape[1], device=tokens.device)[None]
 
     def hidden(self, tokens: torch.Tensor, attn_mask: Any = None, positions: torch.Tensor | None = None,
-               cache: KVCache | None = None, commit: int = 0) -> torch.Tensor:
+               cache: ForwardCache | None = None, commit: int = 0) -> torch.Tensor:
         """The residual stream after the last block [B, L, d_model].
 
         `attn_mask`: bool, True = may attend, broadcast to [B, heads, L, cache + L] (None: every token sees every

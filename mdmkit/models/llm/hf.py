@@ -18,7 +18,7 @@ from torch import nn
 
 from mdmkit.core.config import Validated
 from mdmkit.core.errors import CheckpointError
-from mdmkit.models.denoiser import KV_CACHE, KVCache, positions_from
+from mdmkit.models.denoiser import KV_CACHE, AttentionKind, KVCache, positions_from
 from mdmkit.models.llm.checkpoints import load_diffusion_lm, read_config
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.registry import model_kind
@@ -68,6 +68,8 @@ class HFMaskedDiffusion(nn.Module):
     the positions they fill.
     """
 
+    attention: AttentionKind = "bidirectional"
+
     def __init__(self, model: nn.Module, mask_id: int, *, shift: bool = False) -> None:
         super().__init__()
         self.model = model
@@ -75,6 +77,11 @@ class HFMaskedDiffusion(nn.Module):
         self.shift = shift
         # Position ids computed from the padding mask make left padding exact for models that take them (BERT).
         self.pass_positions = _accepts(model, "position_ids")
+
+    @property
+    def shifted_logits(self) -> bool:
+        """With `shift`, position i's logits are the model's output at i - 1."""
+        return self.shift
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -98,6 +105,8 @@ class HFCausalLM(nn.Module):
     `NTPDecoder` / `SBDSampler` and the forward counter, like mdmkit's own causal models."""
 
     capabilities = frozenset({KV_CACHE})
+    attention: AttentionKind = "causal"
+    shifted_logits = False  # position i's logits predict token i + 1, as a causal LM's do: no re-alignment
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()

@@ -8,19 +8,32 @@ layers) are charged at their share of a full forward, per kind, so they can be r
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from mdmkit.core.config import require
 from mdmkit.models.denoiser import (
     CAUSAL_HEAD,
     HIDDEN_STATES,
     KV_CACHE,
     LOGITS_AT,
+    AttentionPattern,
     Denoiser,
     capabilities_of,
     missing_capability,
 )
+
+
+class CountedNetwork(Protocol):
+    """What a rule needs of the network: forwards charged to the batch rows they run on, and the NFE noted at each
+    row's stop. The `ForwardCounter` is one; a walk that hands its rule part of each row (block diffusion's
+    sub-blocks, SBD's blocks) passes a view of the counter that is another."""
+
+    def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, /, *, logits_at: slice | None = None,
+                 **kwargs: Any) -> torch.Tensor: ...
+
+    def mark_stopped(self, rows: torch.Tensor) -> None: ...
 
 
 def _parameters(module: Any) -> int:
@@ -89,14 +102,14 @@ class ForwardCounter:
     @property
     def shifted_logits(self) -> bool:
         """Whether the logits at position i come from the output at i - 1 (Dream), which a cached query window
-        must then start one position early to compute."""
-        return bool(getattr(self._network, "shift", False))
+        must then start one position early to compute (as the network declares it; undeclared: no)."""
+        return isinstance(self._network, AttentionPattern) and self._network.shifted_logits
 
     @property
     def block_causal(self) -> bool:
         """Whether the network attends block-causally (Fast-dLLM v2's `attention_block`): a finished block never
         changes, so block diffusion caches it exactly; the masked loop's approximate caches do not apply."""
-        return getattr(getattr(self._network, "config", None), "attention_block", None) is not None
+        return isinstance(self._network, AttentionPattern) and self._network.attention == "block_causal"
 
     def noncausal(self, tokens: torch.Tensor, rows: torch.Tensor, **kwargs: Any) -> Any:
         """`causal_head`: the trunk pass (a full forward) of a self-speculative network."""
@@ -140,3 +153,11 @@ class ForwardCounter:
     def cost(self) -> torch.Tensor:
         """Per-row total cost in full-forward units: NFE plus every fractional pass."""
         return sum(self.extra.values(), start=self.nfe.to(torch.float64))
+
+
+def whole_counter(network: CountedNetwork, need: str) -> ForwardCounter:
+    """`network` as the forward counter itself, which `need` (a KV cache, hidden states) asks of the network; a
+    walk's view of it offers only plain forwards."""
+    require(isinstance(network, ForwardCounter), f"{need} needs the network itself, not a walk's view of it")
+    assert isinstance(network, ForwardCounter)  # for the type checker: `require` raised otherwise
+    return network

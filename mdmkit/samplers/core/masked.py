@@ -27,7 +27,7 @@ from mdmkit.samplers.core.blocks import (
 )
 from mdmkit.samplers.core.budget import Budget, Ranked
 from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.counting import CountedNetwork, whole_counter
 from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.core.ordering import ERROR_PROXIES, ErrorProxy, entropy
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
@@ -186,11 +186,11 @@ class MaskedSampler(Sampler):
     def _span(self, eligible: torch.Tensor) -> slice:
         return slice(0, eligible.shape[1]) if self.ordering == "random" else eligible_span(eligible)
 
-    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+    def fill(self, network: CountedNetwork, canvas: Canvas) -> Sampled:
         """The shared loop (see `Sampler.sample`)."""
         return self.fill_with(network, canvas, None)
 
-    def fill_with(self, network: ForwardCounter, canvas: Canvas, rule: StepRule | None) -> Sampled:
+    def fill_with(self, network: CountedNetwork, canvas: Canvas, rule: StepRule | None) -> Sampled:
         """The shared loop with a wrapper's `rule` after this sampler's own (Prophet's early commit, NI's
         indicator)."""
         mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
@@ -211,7 +211,8 @@ class MaskedSampler(Sampler):
         needs_hidden = rule is not None and rule.needs_hidden
         require(not needs_hidden or self.cache == "none",
                 f"a rule that reads hidden states needs full forwards: cache={self.cache} must be none")
-        cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
+        cache = None if self.cache == "none" else BlockCache(self.cache, whole_counter(network, f"cache={self.cache}"),
+                                                               attention_mask, length)
 
         while True:
             masked = x == mask_id
@@ -236,7 +237,8 @@ class MaskedSampler(Sampler):
             elif not needs_hidden:
                 logits, hidden = network(state, rows, logits_at=span if narrow else None, **kwargs), None
             else:
-                logits, hidden = network.forward_with_hidden(state, rows, **kwargs)
+                logits, hidden = whole_counter(network, "a rule reading hidden states").forward_with_hidden(
+                    state, rows, **kwargs)
             full, commit = logits, None
             if rule is not None and not narrow:
                 commit = rule.commit(rows, logits, row_masked)

@@ -1,6 +1,7 @@
 """The sampler contract: what every sampler takes and returns, stated once.
 
-A sampler sees the network only through a `ForwardCounter`, lists what it needs beyond logits in `requires` (checked
+A sampler sees the network only through a `ForwardCounter` (a rule inside another sampler's walk: through a
+`CountedNetwork` view of it), lists what it needs beyond logits in `requires` (checked
 against the network's capabilities before the first forward), holds configuration only (networks besides the
 denoiser come loaded) and keeps no state from one `sample` call to the next (docs/samplers.md, "The sampler contract").
 """
@@ -14,7 +15,7 @@ import torch
 
 from mdmkit.core.config import Validated
 from mdmkit.core.stopping import Stop
-from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.counting import CountedNetwork, ForwardCounter
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Canvas:
     stop: Stop | None = None  # generate_until: rows end at a settled stop sequence
 
 
-def settle_stopped(network: ForwardCounter, canvas: Canvas, x: torch.Tensor, answer: torch.Tensor,
+def settle_stopped(network: CountedNetwork, canvas: Canvas, x: torch.Tensor, answer: torch.Tensor,
                    rows: torch.Tensor, active: torch.Tensor, stop_early: bool) -> None:
     """After a step of `rows` of the state `x`: note the NFE of the rows whose stop sequence is now settled
     and, with `stop_early`, take them out of `active` (the rows that keep being sampled)."""

@@ -175,7 +175,7 @@ class _Decode:
         tokens = torch.where(valid, self.x[rows[:, None], columns.clamp(max=self.length - 1)], filler)
         blocks = _SubBlocks(self, rows, start, block_end, columns, valid)
         stop = None if self.canvas.stop is None else _SubBlockStop(self.canvas.stop, blocks)
-        inner = self.sampler.rule.sample(blocks, tokens, self.canvas.mask_id, self.canvas.generator, stop=stop)
+        inner = self.sampler.rule.fill(blocks, Canvas(tokens, self.canvas.mask_id, self.canvas.generator, stop=stop))
         filled = valid & (inner.reveal_step >= 0)
         where = rows[:, None].expand_as(columns)
         self.x[where[filled], columns[filled]] = inner.tokens[filled]
@@ -184,7 +184,8 @@ class _Decode:
 
 
 class _SubBlocks:
-    """What the rule sees: a network over the rows' current sub-blocks, whose forwards run their whole blocks."""
+    """What the rule sees (a `CountedNetwork`): a network over the rows' current sub-blocks, whose forwards run
+    their whole blocks."""
 
     def __init__(self, decode: _Decode, rows: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
                  columns: torch.Tensor, valid: torch.Tensor) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.counting import CountedNetwork
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, settle_stopped
 
@@ -61,7 +61,7 @@ class Llada2Sampler(MaskedSampler):
         require(self.cache == "none" and self.block_length is None,
                 "llada2's rule fills one block of block diffusion: cache none, block_length null")
 
-    def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
+    def fill(self, network: CountedNetwork, canvas: Canvas) -> Sampled:
         x, mask_id = canvas.tokens.clone(), canvas.mask_id
         batch, width = x.shape
         answer = x == mask_id

@@ -179,7 +179,8 @@ def _decoding_rows(state: _CausalDecodeState, stop: Stop | None,
 
 
 class _BlockNetwork:
-    """What the inner masked sampler sees: a network over the current blocks of the decoding rows."""
+    """What the inner masked sampler sees (a `CountedNetwork`): a network over the current blocks of the decoding
+    rows."""
 
     def __init__(self, state: _CausalDecodeState, rows: torch.Tensor, valid: torch.Tensor) -> None:
         self.state, self.rows, self.valid, self.first = state, rows, valid, True
@@ -228,7 +229,7 @@ class SBDSampler(Sampler):
             where = state.cursor[rows][:, None] + offsets
             valid = where < state.length
             block = torch.where(valid, mask_id, _FILLER)
-            inner = self.rule.sample(_BlockNetwork(state, rows, valid), block, mask_id, generator, stop=stop)
+            inner = self.rule.fill(_BlockNetwork(state, rows, valid), Canvas(block, mask_id, generator, stop=stop))
             filled = valid & (inner.tokens != mask_id)
             row_index = rows[:, None].expand_as(where)
             state.x[row_index[filled], where[filled]] = inner.tokens[filled]
