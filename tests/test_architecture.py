@@ -69,7 +69,7 @@ def test_importing_the_command_line_module_changes_nothing_of_the_process() -> N
             "    return (len(warnings.filters), 'WANDB_SHOW_INFO' in os.environ,\n"
             "        OmegaConf.has_resolver('mdmkit_options'), [len(logging.getLogger(n).filters) for n in names])\n"
             "before = state()\nimport mdmkit.cli\nprint(before == state(), state())\n"
-            "mdmkit.cli._set_up_process()\nprint(before == state())\n")
+            "mdmkit.cli.process.set_up_process()\nprint(before == state())\n")
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SHOW_INFO"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, check=True,
                           env=env)

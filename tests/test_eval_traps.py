@@ -14,7 +14,7 @@ import torch
 from conftest import ROOT, TINY, WAIT_S, compose_config, run_cli
 
 import mdmkit.evaluation.evaluate as evaluate_module
-from mdmkit.cli import _task_fields
+from mdmkit.cli.overrides import task_fields
 from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import CheckpointError, ConfigError, DataFormatError
@@ -197,8 +197,8 @@ def test_a_device_this_machine_lacks_is_one_line(tiny_sudoku: Path, tmp_path: Pa
 
 def test_task_option_keeps_the_checkpoints_settings_unless_set_by_name(maze_cells: Path, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture) -> None:
-    assert _task_fields(["task=maze", "task.answer=path", "+task.workers=2", "~task.test_file", "ckpt=a.pt",
-                         "sampler.k=2"]) == {"answer", "workers", "test_file"}
+    assert task_fields(["task=maze", "task.answer=path", "+task.workers=2", "~task.test_file", "ckpt=a.pt",
+                        "sampler.k=2"]) == {"answer", "workers", "test_file"}
     trained = TrainedModel(maze_cells)
     given = to_container(compose_config("evaluate", ["task=maze", "ckpt=x"]).task)
     task, kept = trained.task_for(given, set())

@@ -208,7 +208,7 @@ def run_evaluation(cfg: DictConfig, output_dir: Path | None = None,
                    task_fields: Collection[str] | None = None) -> list[dict[str, Any]]:
     """Evaluate every sampler of the run (one, or a sweep's grid); returns the rows, new and resumed.
 
-    `task_fields`: the `task.*` fields set by name on the command line (cli.py); with `task=` naming the
+    `task_fields`: the `task.*` fields set by name on the command line (cli/overrides.py); with `task=` naming the
     checkpoint's own task, the other fields keep their trained values. None: all of `cfg.task` as given."""
     require(cfg.ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
                                   "model directory or hub name")

@@ -3,7 +3,8 @@
 `model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default `eb`, and `ntp` for
 `kind=causal`) and its fields (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`,
 `max_length`, `gen_length` (when a request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON
-line per request with its NFE). lm-eval 0.4 has no plugin hook for models: importing this module registers it.
+line per request with its NFE). Importing this module registers it in lm-eval's registry (`mdmkit-lm-eval`
+registers it by module path: mdmkit/cli/harness.py).
 
 Data parallel through lm-eval's own mechanism, without `accelerate`: under `torchrun --no-python mdmkit-lm-eval`
 each process holds a replica on its local rank's GPU (on a CPU, gloo), lm-eval gives it every N-th document and
@@ -19,6 +20,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+# lm-eval's own models first: its registry loads them only while empty, so one holding mdmkit alone has no `hf`
+import lm_eval.models  # noqa: F401
 import numpy as np
 import torch
 import torch.distributed as dist

@@ -89,5 +89,4 @@ def with_nfe(simple_evaluate: Callable[..., Any]) -> Callable[..., Any]:
         with predictions_only() if kwargs.get("predict_only") else nullcontext():
             return attach_nfe(simple_evaluate(*args, **kwargs))
 
-    evaluate.mdmkit_nfe = True  # type: ignore[attr-defined]  (wrapped once, however often the CLI starts)
     return evaluate

@@ -68,7 +68,7 @@ CALLS_FILE = "calls.jsonl"  # in a run directory: one line per call of `fit` (se
 
 def _finish_wandb() -> None:
     """Close a wandb run even when training failed, so one broken job never breaks a multirun; say where it is
-    (in one line: wandb's own banner is off, see cli.py)."""
+    (in one line: wandb's own banner is off, see cli/process.py)."""
     wandb = sys.modules.get("wandb")
     if wandb is None or wandb.run is None:
         return
