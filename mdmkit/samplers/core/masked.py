@@ -17,20 +17,14 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.models.denoiser import without_mask
-from mdmkit.samplers.core.blocks import (
-    answer_blocks,
-    cache_requirements,
-    check_cache_fields,
-    check_sampling_fields,
-    eligible_span,
-    enter_blocks,
-)
+from mdmkit.samplers.core.blocks import cache_requirements, check_cache_fields, check_sampling_fields, eligible_span
 from mdmkit.samplers.core.budget import Budget, Ranked
 from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
-from mdmkit.samplers.core.counting import CountedNetwork, whole_counter
-from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
+from mdmkit.samplers.core.counting import CountedNetwork
+from mdmkit.samplers.core.driver import Batch
+from mdmkit.samplers.core.kv_cache import CacheMode
 from mdmkit.samplers.core.ordering import ERROR_PROXIES, ErrorProxy, entropy
-from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 
 class _LazyRanked(Ranked):
@@ -193,64 +187,38 @@ class MaskedSampler(Sampler):
     def fill_with(self, network: CountedNetwork, canvas: Canvas, rule: StepRule | None) -> Sampled:
         """The shared loop with a wrapper's `rule` after this sampler's own (Prophet's early commit, NI's
         indicator)."""
-        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
-        x = canvas.tokens.clone()
-        batch, length = x.shape
-        device = x.device
-        answer = x == mask_id
-        rule = StepRules.of(self.rule(answer), rule)
-        block_of = answer_blocks(answer, self.block_length)
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(batch, dtype=torch.long, device=device)
-        step_in_block = torch.zeros_like(steps)
-        block_size = torch.zeros_like(steps)
-        current_block = torch.full_like(steps, -1)
-        active = torch.ones(batch, dtype=torch.bool, device=device)
-        budget, proxy = self.budget(), self.error_proxy()
-        columns = torch.arange(length, device=device)
+        mask_id, generator = canvas.mask_id, canvas.generator
+        rule = StepRules.of(self.rule(canvas.tokens == mask_id), rule)
         needs_hidden = rule is not None and rule.needs_hidden
         require(not needs_hidden or self.cache == "none",
                 f"a rule that reads hidden states needs full forwards: cache={self.cache} must be none")
-        cache = None if self.cache == "none" else BlockCache(self.cache, whole_counter(network, f"cache={self.cache}"),
-                                                               attention_mask, length)
-
-        while True:
-            masked = x == mask_id
-            rows = (masked.any(1) & active).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            state, row_masked = x[rows], masked[rows]
-            in_block, entered = enter_blocks(row_masked, block_of[rows], current_block, rows)
-            eligible = row_masked & in_block
-            step_in_block[rows] = torch.where(entered, 0, step_in_block[rows])
-            block_size[rows] = torch.where(entered, eligible.sum(1), block_size[rows])
-
+        batch = Batch(network, canvas, stop_early=self.stop_early, block_length=self.block_length, cache=self.cache,
+                      cache_refresh=self.cache_refresh)
+        budget, proxy = self.budget(), self.error_proxy()
+        columns = torch.arange(batch.length, device=batch.x.device)
+        for step in batch:
             # the step's math runs on the columns some row may reveal (a text answer, or its block: not the prompt),
             # and so does the network's output layer, unless a rule reads every column; the random order draws one
             # uniform per canvas position, as Dream's code does, so it keeps every column
+            eligible = step.eligible
             span = self._span(eligible)
             narrow = rule is None or not rule.reads_canvas
-            kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-            if cache is not None:
-                due = entered if self.cache_refresh is None else step_in_block[rows] % self.cache_refresh == 0
-                logits, hidden = cache.logits(rows, state, in_block, due, span if narrow else slice(0, length)), None
-            elif not needs_hidden:
-                logits, hidden = network(state, rows, logits_at=span if narrow else None, **kwargs), None
+            if needs_hidden:
+                logits, hidden = batch.logits_and_hidden(step)
             else:
-                logits, hidden = whole_counter(network, "a rule reading hidden states").forward_with_hidden(
-                    state, rows, **kwargs)
+                logits, hidden = batch.logits(step, span if narrow else None), None
             full, commit = logits, None
             if rule is not None and not narrow:
-                commit = rule.commit(rows, logits, row_masked)
+                commit = rule.commit(step.rows, logits, step.masked)
                 if commit is not None:  # these rows reveal every masked position now, past their block
-                    eligible = eligible | (commit[:, None] & row_masked)
+                    eligible = eligible | (commit[:, None] & step.masked)
                     span = self._span(eligible)
                 logits = logits[:, span]
             candidates = eligible[:, span]
             raw = logits.float()
             logits = without_mask(raw, mask_id)
             if rule is not None:
-                logits = rule.fuse(rows, span, logits, candidates)
+                logits = rule.fuse(step.rows, span, logits, candidates)
             probs = predictive_distribution(logits, self.temperature, self.top_p)
             choice, chosen_prob = choose_tokens(probs, self.temperature, generator)
             if self.mask_in_softmax:  # the chosen token is still never the mask; only the scores change
@@ -264,21 +232,19 @@ class MaskedSampler(Sampler):
             ranked = _LazyRanked(
                 probs, order,
                 confidence=chosen_prob.gather(1, order).masked_fill(ranks >= n_eligible[:, None], 0.0),
-                n_eligible=n_eligible, step_in_block=step_in_block[rows], block_size=block_size[rows],
+                n_eligible=n_eligible, step_in_block=step.in_block_steps, block_size=step.block_size,
                 error=error.gather(1, order),
             )
             counts = torch.minimum(budget(ranked).clamp(min=0 if self.empty_steps else 1), n_eligible)
             reveal = torch.zeros_like(candidates).scatter(1, order, ranks[None, :] < counts[:, None])
-            picked = None if rule is None else rule.pick(rows, span, probs, chosen_prob, candidates)
+            picked = None if rule is None else rule.pick(step.rows, span, probs, chosen_prob, candidates)
             if picked is not None:
                 reveal = torch.where(picked.any(1, keepdim=True), picked & candidates, reveal)
             if commit is not None:
                 reveal = torch.where(commit[:, None], candidates, reveal)
-            extra = None if rule is None or narrow else rule.also(rows, state, full, hidden)
+            extra = None if rule is None or narrow else rule.also(step.rows, step.state, full, hidden)
             if extra is not None:
                 reveal |= (extra & eligible)[:, span]
-            x[rows, span] = torch.where(reveal, choice, state[:, span])
-            reveal_step[rows, span] = torch.where(reveal, steps[rows, None], reveal_step[rows, span])
-            steps[rows] += 1
-            step_in_block[rows] += 1
-            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+            batch.reveal(step, reveal, choice, span)
+            batch.end(step)
+        return batch.result()

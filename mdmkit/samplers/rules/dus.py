@@ -22,12 +22,12 @@ from mdmkit.samplers.core.blocks import (
     check_cache_fields,
     check_sampling_fields,
     eligible_span,
-    enter_blocks,
 )
 from mdmkit.samplers.core.choice import choose_in_span
 from mdmkit.samplers.core.counting import ForwardCounter
-from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.driver import Batch
+from mdmkit.samplers.core.kv_cache import CacheMode
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 
 def dilated_groups(size: int, base: int = 2, base_skip: int = 1) -> list[list[int]]:
@@ -115,46 +115,19 @@ class DUSSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill `canvas` (see `Sampler.sample`): each row's blocks in order, one forward per dilated group."""
-        mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
-        x = canvas.tokens.clone()
-        batch, length = x.shape
-        device = x.device
-        answer = x == mask_id
-        block_of, group_of, last_of = self.schedule(answer)
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(batch, dtype=torch.long, device=device)
-        step_in_block = torch.zeros_like(steps)
-        current_block = torch.full_like(steps, -1)
-        active = torch.ones(batch, dtype=torch.bool, device=device)
-        cache = None if self.cache == "none" else BlockCache(self.cache, network, attention_mask, length)
-
-        while True:
-            masked = x == mask_id
-            rows = (masked.any(1) & active).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
-            in_block, entered = enter_blocks(row_masked, row_block, current_block, rows)
-            stage = torch.where(entered, 0, step_in_block[rows])
-            if bool((stage > torch.where(in_block, last_of[rows], -1).max(1).values).any()):
+        block_of, group_of, last_of = self.schedule(canvas.tokens == canvas.mask_id)
+        batch = Batch(network, canvas, stop_early=self.stop_early, blocks=block_of, cache=self.cache,
+                      cache_refresh=self.cache_refresh)
+        for step in batch:
+            rows, stage = step.rows, step.in_block_steps
+            if bool((stage > torch.where(step.in_block, last_of[rows], -1).max(1).values).any()):
                 raise RuntimeError("internal: a DUS block outlived its last group")
-
-            span = eligible_span(row_masked & in_block)
-            if cache is not None:
-                due = entered if self.cache_refresh is None else stage % self.cache_refresh == 0
-                logits = cache.logits(rows, state, in_block, due, span)
-            else:
-                kwargs = {} if attention_mask is None else {"attn_mask": attention_mask[rows][:, None, None, :]}
-                logits = network(state, rows, logits_at=span, **kwargs)
-            choice, confidence = choose_in_span(logits, span, length, mask_id, self.temperature, self.top_p,
-                                                generator, torch.float64)
-
+            span = eligible_span(step.eligible)
+            choice, confidence = choose_in_span(batch.logits(step, span), span, batch.length, canvas.mask_id,
+                                                self.temperature, self.top_p, canvas.generator, torch.float64)
             # this step's group, with the positions deferred from earlier groups of the block
-            scheduled = row_masked & in_block & (group_of[rows] <= stage[:, None])
+            scheduled = step.eligible & (group_of[rows] <= stage[:, None])
             last_step = stage[:, None] >= last_of[rows]
-            reveal = scheduled & (last_step | (confidence >= self.defer_below))
-            x[rows] = torch.where(reveal, choice, state)
-            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
-            steps[rows] += 1
-            step_in_block[rows] = stage + 1
-            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+            batch.reveal(step, scheduled & (last_step | (confidence >= self.defer_below)), choice)
+            batch.end(step)
+        return batch.result()
