@@ -18,11 +18,12 @@ import torch
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import CAPABILITIES, KV_CACHE, positions_from, without_mask
-from mdmkit.samplers.core.blocks import answer_blocks, best_of, check_sampling_fields, enter_blocks
+from mdmkit.samplers.core.blocks import best_of, check_sampling_fields
 from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.driver import Batch, Step
 from mdmkit.samplers.core.kv_cache import CacheMode
-from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 
 @dataclass
@@ -86,29 +87,13 @@ class WinoSampler(Sampler):
                                   f"({CAPABILITIES[missing[0]]}: explicit positions and a full attention mask for "
                                   f"its shadow block), which the network does not provide")
         mask_id, generator, keep = canvas.mask_id, canvas.generator, canvas.attention_mask
-        x = canvas.tokens.clone()
-        batch, length = x.shape
-        device = x.device
-        answer = x == mask_id
-        block_of = answer_blocks(answer, self.block_length)
-        positions = (torch.arange(length, device=device).expand(batch, -1) if keep is None
+        batch = Batch(network, canvas, stop_early=self.stop_early, block_length=self.block_length)
+        positions = (torch.arange(batch.length, device=batch.x.device).expand(batch.x.shape[0], -1) if keep is None
                      else positions_from(keep.bool()))
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(batch, dtype=torch.long, device=device)
-        last_drafted = torch.zeros_like(steps)  # the previous step's draft count in the row's block
-        current_block = torch.full_like(steps, -1)
-        block_steps = torch.zeros_like(steps)  # steps taken in the current block: never more than its size
-        active = torch.ones(batch, dtype=torch.bool, device=device)
-
-        while True:
-            masked = x == mask_id
-            rows = (masked.any(1) & active).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            state, row_masked, row_block = x[rows], masked[rows], block_of[rows]
-            in_block, entered = enter_blocks(row_masked, row_block, current_block, rows)
-            block_steps[rows] = torch.where(entered, 0, block_steps[rows]) + 1
-            if bool((block_steps[rows] > in_block.sum(1)).any()):
+        last_drafted = torch.zeros_like(batch.steps)  # the previous step's draft count in the row's block
+        for step in batch:
+            rows, state, in_block = step.rows, step.state, step.in_block
+            if bool((step.in_block_steps >= in_block.sum(1)).any()):
                 raise RuntimeError("internal: a WINO block took more steps than it has positions")
             shadow = self._forward(network, rows, state, in_block, positions[rows],
                                    None if keep is None else keep[rows].bool(), mask_id)
@@ -139,16 +124,19 @@ class WinoSampler(Sampler):
 
             slot_tokens = torch.where(remask, mask_id, torch.where(draft, choice, held_token))
             state = _onto(state, shadow, slot_tokens)
-            drafted_at = _onto(torch.zeros_like(state, dtype=torch.bool), shadow, draft)
-            x[rows] = state
-            reveal_step[rows] = torch.where(drafted_at, steps[rows, None], reveal_step[rows])
+            batch.write(step, state, _onto(torch.zeros_like(state, dtype=torch.bool), shadow, draft))
             last_drafted[rows] = drafted
-            steps[rows] += 1
-            if canvas.stop is not None:  # only finished blocks are settled: hide the open block's tokens
-                view = x.clone()
-                open_block = in_block & (state == mask_id).logical_and(in_block).any(1, keepdim=True)
-                view[rows] = torch.where(open_block, mask_id, state)
-                settle_stopped(network, canvas, view, answer, rows, active, self.stop_early)
+            batch.end(step, None if canvas.stop is None else self._settled(batch, step))
+        return batch.result()
+
+    @staticmethod
+    def _settled(batch: Batch, step: Step) -> torch.Tensor:
+        """The canvas with the open blocks of the step's rows masked: only finished blocks are settled (a revealed
+        stop token can still be re-masked)."""
+        view, state, mask_id = batch.x.clone(), batch.x[step.rows], batch.canvas.mask_id
+        open_block = step.in_block & (state == mask_id).logical_and(step.in_block).any(1, keepdim=True)
+        view[step.rows] = torch.where(open_block, mask_id, state)
+        return view
 
     def _forward(self, network: ForwardCounter, rows: torch.Tensor, state: torch.Tensor, in_block: torch.Tensor,
                  positions: torch.Tensor, keep: torch.Tensor | None, mask_id: int) -> _Shadow:
