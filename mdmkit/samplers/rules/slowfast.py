@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.samplers.core.blocks import answer_blocks, best_of, check_sampling_fields, eligible_span, enter_blocks
+from mdmkit.samplers.core.blocks import best_of, check_sampling_fields, eligible_span
 from mdmkit.samplers.core.choice import choose_in_span
 from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.driver import Batch
 from mdmkit.samplers.core.kv_cache import CacheMode
-from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 
 def block_offsets(answer: torch.Tensor, block_length: int | None) -> torch.Tensor:
@@ -88,46 +89,29 @@ class SlowFastSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill `canvas` (see `Sampler.sample`) block by block, in slow and fast cycles; one forward per step."""
-        mask_id = canvas.mask_id
-        x = canvas.tokens.clone()
-        batch, device = x.shape[0], x.device
-        answer = x == mask_id
-        block_of = answer_blocks(answer, self.block_length)
-        offset_of = block_offsets(answer, self.block_length)
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(batch, dtype=torch.long, device=device)
-        current_block = torch.full_like(steps, -1)
-        active = torch.ones(batch, dtype=torch.bool, device=device)
-        cycles = _Cycles.empty(batch, self.window, device)
-
-        while True:
-            masked = x == mask_id
-            rows = (masked.any(1) & active).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            state, row_masked = x[rows], masked[rows]
-            in_block, entered = enter_blocks(row_masked, block_of[rows], current_block, rows)
-            offset = torch.where(in_block, offset_of[rows], -1)
-            in_span = self._next_phase(cycles, rows, entered, row_masked, offset)
+        batch = Batch(network, canvas, stop_early=self.stop_early, block_length=self.block_length)
+        offset_of = block_offsets(batch.answer, self.block_length)
+        cycles = _Cycles.empty(batch.x.shape[0], self.window, batch.x.device)
+        for step in batch:
+            rows, row_masked = step.rows, step.masked
+            offset = torch.where(step.in_block, offset_of[rows], -1)
+            in_span = self._next_phase(cycles, rows, step.entered, row_masked, offset)
 
             fast = cycles.fast[rows]
             pool = row_masked & (offset >= cycles.start[rows, None]) & torch.where(fast[:, None], in_span, True)
             cut = fast & (cycles.fast_steps[rows] > 0) if self.span_cache else torch.zeros_like(fast)
-            choice, confidence = self._forward(network, canvas, rows, state, row_masked & in_block, in_span, cut)
+            choice, confidence = self._forward(network, canvas, rows, step.state, step.eligible, in_span, cut)
 
             exploring = ~fast & ~cycles.settled[rows]  # slow rows whose span end is still open
             if bool(exploring.any()):
                 self._predict_end(cycles, rows[exploring], pool[exploring], offset[exploring], confidence[exploring])
             least = torch.where(fast, self.fast_k, self.slow_k)
             high = (pool & (confidence >= self.high_confidence)).sum(1)
-            reveal = best_of(confidence, pool, torch.maximum(high, least), descending=True)
-
-            x[rows] = torch.where(reveal, choice, state)
-            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
-            steps[rows] += 1
+            batch.reveal(step, best_of(confidence, pool, torch.maximum(high, least), descending=True), choice)
             cycles.explored[rows] += (~fast).long()
             cycles.fast_steps[rows] += fast.long()
-            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+            batch.end(step)
+        return batch.result()
 
     def _next_phase(self, cycles: _Cycles, rows: torch.Tensor, entered: torch.Tensor, row_masked: torch.Tensor,
                     offset: torch.Tensor) -> torch.Tensor:
