@@ -117,7 +117,7 @@ class Cgroup:
     def __init__(self, place: Place, memory_mb: int, max_tasks: int):
         name = f"mdmkit-sandbox-{os.getpid()}-{next(_counter)}"
         self.v1 = place.pids is not None
-        self.dirs = [place.memory / name] + ([place.pids / name] if self.v1 else [])
+        self.dirs = [place.memory / name] + ([place.pids / name] if place.pids is not None else [])
         self.path = self.dirs[0]
         limit = str(memory_mb * 1024 * 1024)
         # v1 bounds memory and swap together, v2 each alone: either way no swap beyond the limit

@@ -23,6 +23,7 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
+from typing import IO, NoReturn
 
 from mdmkit.core.errors import MdmkitError
 from mdmkit.sandbox import cgroups, codec, procs, uids
@@ -98,10 +99,12 @@ class Sandbox:
         self._reply, self._reply_eof = bytearray(), False
         self._preamble, self._ready, self._answered = b"", False, False
         self._unsent = memoryview(b"")
-        self._req = self._rep = self._pidfd = None
+        self._req: int | None = None  # the pipes' and the process's ends, once started
+        self._rep: int | None = None
+        self._pidfd: int | None = None
         self._cgroup: cgroups.Cgroup | None = None
         self._workdir: str | None = None
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._selector = selectors.DefaultSelector()
         self.deadline = time.monotonic() + limits.timeout_s
 
@@ -134,11 +137,12 @@ class Sandbox:
         finally:
             os.close(req_r)
             os.close(rep_w)
-        for fd in (self._req, self._rep, self._proc.stdout.fileno(), self._proc.stderr.fileno()):
+        stdout, stderr = _piped(self._proc.stdout), _piped(self._proc.stderr)
+        for fd in (self._req, self._rep, stdout.fileno(), stderr.fileno()):
             os.set_blocking(fd, False)
         self._selector.register(self._rep, selectors.EVENT_READ, "reply")
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ, "stdout")
-        self._selector.register(self._proc.stderr, selectors.EVENT_READ, "stderr")
+        self._selector.register(stdout, selectors.EVENT_READ, "stdout")
+        self._selector.register(stderr, selectors.EVENT_READ, "stderr")
         try:
             self._pidfd = os.pidfd_open(self._proc.pid)
             self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
@@ -176,6 +180,7 @@ class Sandbox:
         (after halting) when none can come."""
         if self.status:
             raise Stopped(self.reason)
+        assert self._req is not None, "started"
         self._unsent = pending = memoryview(bytes(self._unsent) + data)  # a reply can come before all is sent
         writing = bool(pending)
         if writing:
@@ -204,7 +209,7 @@ class Sandbox:
                         if key.data == "exit":
                             self._ended()
                     else:
-                        self._drain(key.fileobj, key.data)
+                        self._drain(key.fd, key.data)
         finally:
             if writing:
                 self._selector.unregister(self._req)
@@ -215,16 +220,17 @@ class Sandbox:
         return message
 
     def _write(self, pending: memoryview) -> int:
+        assert self._req is not None, "started"
         try:
             return os.write(self._req, pending[:_CHUNK])
         except BlockingIOError:
             return 0
         except BrokenPipeError:
             self._ended()
-            return 0
 
     def _read_reply(self) -> dict | None:
         """A complete reply frame if one has arrived (at most max_reply_bytes are ever buffered)."""
+        assert self._rep is not None, "started"
         cap = self.limits.max_reply_bytes + 4
         while len(self._reply) <= cap:
             try:
@@ -258,17 +264,17 @@ class Sandbox:
             self.reject("a frame that is not an object")
         return message
 
-    def reject(self, why: str) -> None:
+    def reject(self, why: str) -> NoReturn:
         """The program broke the protocol: that fails it, and no check can catch it (raises `Stopped`)."""
         self.halt("failed", f"the program answered with something that is not plain data ({why})")
 
-    def _drain(self, stream, name: str) -> None:
+    def _drain(self, fd: int, name: str) -> None:
         try:
-            chunk = os.read(stream.fileno(), _CHUNK)
+            chunk = os.read(fd, _CHUNK)
         except BlockingIOError:
             return
         if not chunk:
-            self._selector.unregister(stream)
+            self._selector.unregister(fd)
             return
         sink = self.stdout if name == "stdout" else self.stderr
         room = self.limits.max_output_bytes - len(sink)
@@ -302,14 +308,15 @@ class Sandbox:
         if rss > self.limits.memory_mb * 1024 * 1024:
             self.halt("killed", f"more than {self.limits.memory_mb} MB of memory in all its processes")
 
-    def _ended(self) -> None:
+    def _ended(self) -> NoReturn:
         """The sandbox's main process exited (or closed its pipes) without answering."""
+        assert self._proc is not None, "started"
         try:
             code = self._proc.wait(timeout=max(0.0, min(0.5, self.deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             code = None
         self.returncode = code
-        self._drain_rest(self._proc.stderr, "stderr")
+        self._drain_rest(_piped(self._proc.stderr), "stderr")
         self._watch()  # a limit the kernel enforced (an OOM kill in the cgroup) is why it ended
         if not self._ready:  # bwrap or the start-up failed: no candidate code ran, so stderr is theirs
             last = (self.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
@@ -326,7 +333,7 @@ class Sandbox:
         except ValueError:
             return ""
 
-    def halt(self, status: str, reason: str) -> None:
+    def halt(self, status: str, reason: str) -> NoReturn:
         """Record why the sandbox stopped (the first reason wins) and raise `Stopped`."""
         if not self.status:
             self.status, self.reason = status, reason
@@ -351,21 +358,21 @@ class Sandbox:
                 if not left:
                     self._proc.wait()  # `returncode` stays None unless the program ended on its own
                 for stream, name in ((self._proc.stdout, "stdout"), (self._proc.stderr, "stderr")):
-                    self._drain_rest(stream, name)
+                    self._drain_rest(_piped(stream), name)
         finally:
             self._selector.close()
             for fd in (self._req, self._rep, self._pidfd):
                 if fd is not None:
                     os.close(fd)
             if self._proc is not None:
-                self._proc.stdout.close()
-                self._proc.stderr.close()
+                _piped(self._proc.stdout).close()
+                _piped(self._proc.stderr).close()
             if self._cgroup is not None:
                 self._cgroup.remove()
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
 
-    def _drain_rest(self, stream, name: str) -> None:
+    def _drain_rest(self, stream: IO[bytes], name: str) -> None:
         sink = self.stdout if name == "stdout" else self.stderr
         while len(sink) < self.limits.max_output_bytes:
             try:
@@ -375,3 +382,9 @@ class Sandbox:
             if not chunk:
                 return
             sink += chunk[: self.limits.max_output_bytes - len(sink)]
+
+
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """One of the sandbox's output streams, which it is started with pipes for."""
+    assert stream is not None, "started with stdout=PIPE and stderr=PIPE"
+    return stream

@@ -11,6 +11,8 @@ The first frame on `req_fd` configures (limits, fallback, uid, working directory
 {"raised": exception name, "message": ...}.
 """
 
+from __future__ import annotations
+
 import builtins
 import os
 import resource
@@ -19,8 +21,14 @@ import types
 
 from mdmkit.sandbox import codec, confine, mounts
 
+TYPE_CHECKING = False  # typing is not imported in the sandbox: annotations stay strings there
+if TYPE_CHECKING:
+    from typing import Any
 
-def read_frame(fd):
+    from mdmkit.sandbox.codec import Wire
+
+
+def read_frame(fd: int) -> Any:
     """The next message on `fd`, or None at end of file."""
     header = _read_exactly(fd, 4)
     if header is None:
@@ -29,7 +37,7 @@ def read_frame(fd):
     return None if body is None else codec.unpack(body)
 
 
-def _read_exactly(fd, n):
+def _read_exactly(fd: int, n: int) -> bytes | None:
     chunks, left = [], n
     while left:
         chunk = os.read(fd, min(left, 1 << 20))
@@ -40,13 +48,13 @@ def _read_exactly(fd, n):
     return b"".join(chunks)
 
 
-def _write(fd, message):
+def _write(fd: int, message: object) -> None:
     data = codec.pack(message)
     while data:
         data = data[os.write(fd, data):]
 
 
-def _limit(config):
+def _limit(config: dict[str, Any]) -> None:
     """rlimits: the kernel's per-process bounds (cgroups, where there are any, bound the whole sandbox). The
     process count is a backstop a little above the watchdog's, so that the watchdog decides where it can."""
     mb = 1024 * 1024
@@ -59,10 +67,10 @@ def _limit(config):
             pass
 
 
-_SOURCES = {}  # file name -> source, for tracebacks
+_SOURCES: dict[str, str] = {}  # file name -> source, for tracebacks
 
 
-def _report(error, skip_frames=1):
+def _report(error: BaseException, skip_frames: int = 1) -> str:
     """Print the candidate's traceback to stderr (the caller keeps it); a one-line summary of `error`."""
     import linecache
     import traceback
@@ -80,7 +88,7 @@ def _report(error, skip_frames=1):
     return text[:500]
 
 
-def _load(message, namespace):
+def _load(message: dict[str, Any], namespace: dict[str, Any]) -> dict[str, str]:
     """Run the solution, then the dataset's setup code, as `__main__`; a reply saying how it went."""
     for name, source in (("program.py", message["solution"]), ("setup.py", message.get("setup") or "")):
         if not source:
@@ -97,11 +105,11 @@ def _load(message, namespace):
     return {"ok": "loaded"}
 
 
-_HANDLES = []  # objects returned as opaque handles, which the checks may pass back as arguments
+_HANDLES: list[object] = []  # objects returned as opaque handles, which the checks may pass back as arguments
 
 
-def _call(message, namespace):
-    def resolve(tag, value):
+def _call(message: dict[str, Any], namespace: dict[str, Any]) -> dict[str, Wire]:
+    def resolve(tag: str, value: Any) -> Any:
         if tag == "ref" and value in namespace:
             return namespace[value]
         if tag == "handle" and type(value) is int and 0 <= value < len(_HANDLES):
@@ -120,7 +128,7 @@ def _call(message, namespace):
         return {"raised": type(error).__name__[:100], "message": _report(error)}
 
 
-def serve(req_fd, rep_fd, namespace):
+def serve(req_fd: int, rep_fd: int, namespace: dict[str, Any]) -> None:
     """Answer requests until the caller closes the pipe."""
     while True:
         message = read_frame(req_fd)
@@ -135,7 +143,7 @@ def serve(req_fd, rep_fd, namespace):
         _write(rep_fd, reply)
 
 
-def main(req_fd, rep_fd):
+def main(req_fd: int, rep_fd: int) -> None:
     """Configure from the first frame, confine this interpreter, say so (the handshake: the caller now knows
     the sandbox started, before any candidate code ran), then serve. The fallback serves from a forked
     grandchild, the first process of its new pid namespace."""

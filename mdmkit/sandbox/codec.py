@@ -11,11 +11,22 @@ memory. An opaque handle is equal only to itself; passed back as an argument it 
 again (MBPP's `Pair(5, 24)`).
 """
 
+from __future__ import annotations
+
 import builtins
 import collections
 import json
 import struct
 import sys
+
+TYPE_CHECKING = False  # typing is not imported in the sandbox: annotations stay strings there
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any, TypeAlias, TypeVar
+
+    T = TypeVar("T")
+    Wire: TypeAlias = None | bool | int | float | str | list["Wire"] | dict[str, "Wire"]  # JSON's types
+    Resolve = Callable[[str, Any], Any]  # a `ref`, `handle` or `builtin` tag and its value -> the object
 
 MAX_DEPTH = 64
 MAX_ITEMS = 200_000  # items taken from one iterator the candidate returns
@@ -46,10 +57,10 @@ class Budget:
 
     __slots__ = ("limit", "spent")
 
-    def __init__(self, limit):
+    def __init__(self, limit: int) -> None:
         self.limit, self.spent = limit, 0
 
-    def take(self, value, extra=0):
+    def take(self, value: T, extra: int = 0) -> T:
         """`value`, charged its own size plus `extra` (what it refers to that no other node was charged for)."""
         self.spent += sys.getsizeof(value) + _POINTER + extra
         if self.spent > self.limit:  # described only then: this runs for every node
@@ -57,14 +68,14 @@ class Budget:
             self.charge(0, f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}")
         return value
 
-    def charge(self, nbytes, what):
+    def charge(self, nbytes: int, what: str) -> None:
         self.spent += nbytes
         if self.spent > self.limit:
             raise WireError(f"rebuilding the reply would take at least {_size(self.spent)} of the caller's memory "
                             f"({what}), beyond its budget of {_size(self.limit)} per reply")
 
 
-def _size(nbytes):
+def _size(nbytes: int) -> str:
     if nbytes >= 10**18:  # a range's expanded size can have thousands of digits: no float, no str() of it
         return f"about 10**{int((nbytes.bit_length() - 21) * 0.30103)} MB"
     return f"{nbytes / 2**20:,.1f} MB".replace(".0 MB", " MB") if nbytes >= 2**20 // 10 else f"{nbytes:,} bytes"
@@ -75,7 +86,7 @@ class Ref:
 
     __slots__ = ("name",)
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
 
 
@@ -84,20 +95,21 @@ class Opaque:
 
     __slots__ = ("handle", "kind", "text")
 
-    def __init__(self, kind, text, handle=None):
+    def __init__(self, kind: str, text: str, handle: int | None = None) -> None:
         self.kind, self.text, self.handle = kind, text, handle
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<opaque {self.kind}: {self.text}>"
 
 
-_MAPPINGS = ((collections.Counter, "Counter"), (collections.OrderedDict, "OrderedDict"), (dict, "dict"))
-_SEQUENCES = ((tuple, "tuple"), (list, "list"), (frozenset, "frozenset"), (set, "set"),
-              (collections.deque, "deque"))
+_MAPPINGS: tuple[tuple[type[dict], str], ...] = (
+    (collections.Counter, "Counter"), (collections.OrderedDict, "OrderedDict"), (dict, "dict"))
+_SEQUENCES: tuple[tuple[type, str], ...] = (
+    (tuple, "tuple"), (list, "list"), (frozenset, "frozenset"), (set, "set"), (collections.deque, "deque"))
 _VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
 
 
-def to_wire(value, handles=None, depth=0):
+def to_wire(value: Any, handles: list[object] | None = None, depth: int = 0) -> Wire:
     """JSON-ready form of `value`. `handles` (candidate side) keeps objects that are not plain data, so that
     they can come back as arguments; without it they travel as opaque stand-ins."""
     if depth > MAX_DEPTH:
@@ -131,8 +143,8 @@ def to_wire(value, handles=None, depth=0):
         handles) - 1]}
 
 
-def _container(value, kind, handles, depth):
-    def each(values):
+def _container(value: Any, kind: type, handles: list[object] | None, depth: int) -> Wire:
+    def each(values: Iterable[object]) -> list[Wire]:
         return [to_wire(v, handles, depth + 1) for v in values]
 
     for base, tag in _MAPPINGS:
@@ -156,7 +168,7 @@ def _container(value, kind, handles, depth):
     if kind in _VIEWS:
         return {"t": _VIEWS[kind], "v": each(list(v) if kind is type({}.items()) else v for v in value)}
     if hasattr(kind, "__next__"):  # generators, map, zip, itertools...: `list(x)` works, `x == [...]` does not
-        items = []
+        items: list[Wire] = []
         for item in value:
             if len(items) >= MAX_ITEMS:
                 return {"t": "opaque", "v": [kind.__name__, f"an iterator of more than {MAX_ITEMS} items", None]}
@@ -165,7 +177,7 @@ def _container(value, kind, handles, depth):
     return None
 
 
-def _hashable(values):
+def _hashable(values: list[T]) -> list[T]:
     """`values`, checked to be keys that build a set or mapping in linear time.
 
     Keys of one hash (`k * (2**61 - 1)` for ints) cost quadratic time in their number to insert, and the trusted
@@ -184,7 +196,7 @@ def _hashable(values):
     return values
 
 
-def from_wire(data, resolve=None, budget=None, depth=0):
+def from_wire(data: Any, resolve: Resolve | None = None, budget: Budget | int | None = None, depth: int = 0) -> Any:
     """Rebuild a value from `to_wire`'s form; only exact built-in (and listed standard) types come out.
 
     `resolve(tag, value)` turns a `ref`, `handle` or `builtin` into the object (candidate side); elsewhere the
@@ -206,12 +218,12 @@ def from_wire(data, resolve=None, budget=None, depth=0):
         raise WireError(f"unexpected {kind.__name__} in a frame")
     tag, v = data["t"], data["v"]
 
-    def items():
+    def items() -> list[Any]:
         if type(v) is not list:
             raise WireError(f"{tag} needs a list")
         return [from_wire(x, resolve, budget, depth + 1) for x in v]
 
-    def pairs():
+    def pairs() -> dict[Any, Any]:
         if type(v) is not list or any(type(pair) is not list or len(pair) != 2 for pair in v):
             raise WireError(f"{tag} needs [key, value] pairs")
         entries = [(from_wire(key, resolve, budget, depth + 2), from_wire(value, resolve, budget, depth + 2))
@@ -242,14 +254,14 @@ def from_wire(data, resolve=None, budget=None, depth=0):
     return _scalar(tag, v, budget)
 
 
-def _bounded(number):
+def _bounded(number: int) -> int:
     """`number`, if it has at most MAX_INT_DIGITS digits (`unpack` bounds what JSON parses the same way)."""
     if -_INT_BOUND < number < _INT_BOUND:
         return number
     raise WireError(f"an integer of more than {MAX_INT_DIGITS} digits")
 
 
-def _range(start, stop, step, budget):
+def _range(start: int, stop: int, step: int, budget: Budget) -> range:
     """The range, charged what a check's `tuple(...)` or `sorted(...)` of it would build: a pointer and an int
     per item, each int as large as the range's largest in magnitude (computed, never expanded)."""
     span = range(start, stop, step)  # a zero step is a ValueError
@@ -261,7 +273,7 @@ def _range(start, stop, step, budget):
     return span
 
 
-def _scalar(tag, v, budget):
+def _scalar(tag: str, v: Any, budget: Budget) -> object:
     try:
         kind = getattr(builtins, v, None) if tag == "builtin" and type(v) is str and not v.startswith("_") else None
         if isinstance(kind, type) and kind.__module__ == "builtins":
@@ -273,17 +285,18 @@ def _scalar(tag, v, budget):
         if tag == "Decimal" and type(v) is str and len(v) <= 1000:
             import decimal
 
-            number = decimal.Decimal(v)
-            if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
-                raise WireError(f"a Decimal of exponent {number.adjusted()}, beyond +-{MAX_DECIMAL_EXPONENT}")
-            return budget.take(number)
+            exact = decimal.Decimal(v)
+            if exact.is_finite() and abs(exact.adjusted()) > MAX_DECIMAL_EXPONENT:
+                raise WireError(f"a Decimal of exponent {exact.adjusted()}, beyond +-{MAX_DECIMAL_EXPONENT}")
+            return budget.take(exact)
         if tag == "Fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v):
             import fractions
 
             number = fractions.Fraction(_bounded(v[0]), _bounded(v[1]))
             return budget.take(number, sys.getsizeof(number.numerator) + sys.getsizeof(number.denominator))
         if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v):
-            return _range(*map(_bounded, v), budget)
+            start, stop, step = map(_bounded, v)
+            return _range(start, stop, step, budget)
     except WireError:
         raise
     except (ValueError, ZeroDivisionError, ArithmeticError) as error:
@@ -291,19 +304,19 @@ def _scalar(tag, v, budget):
     raise WireError(f"unknown tag {tag[:40]!r}")
 
 
-def pack(message):
+def pack(message: object) -> bytes:
     """One frame: a 4-byte big-endian length, then the message as UTF-8 JSON."""
     body = json.dumps(message, ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass")
     return _HEADER.pack(len(body)) + body
 
 
-def _bounded_int(digits):
+def _bounded_int(digits: str) -> int:
     if len(digits.lstrip("-")) > MAX_INT_DIGITS:
         raise WireError(f"an integer of more than {MAX_INT_DIGITS} digits")
     return int(digits)
 
 
-def unpack(body):
+def unpack(body: bytes) -> Any:
     """The message of one frame's body (trusted side: any failure is a `WireError`)."""
     try:
         return json.loads(body.decode("utf-8", "surrogatepass"), parse_int=_bounded_int)
@@ -311,5 +324,6 @@ def unpack(body):
         raise WireError(f"not JSON: {str(error)[:200]}") from None
 
 
-def header_length(header):
-    return _HEADER.unpack(header)[0]
+def header_length(header: bytes) -> int:
+    length: int = _HEADER.unpack(header)[0]
+    return length

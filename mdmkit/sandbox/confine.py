@@ -13,6 +13,8 @@ Shipped with `codec`, `mounts` and `child` (standard library only; Linux system 
   installed and the caller sees no "seccomp" in /proc/<pid>/status.
 """
 
+from __future__ import annotations
+
 import ctypes
 import errno
 import os
@@ -48,10 +50,10 @@ ARCHES = {
 REFUSED = ("memfd_create", "memfd_secret", "shmget", "semget", "msgget", "mq_open", "io_uring_setup", "socket",
            "socketpair", "add_key", "request_key", "keyctl", "inotify_init", "inotify_init1", "fanotify_init")
 
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def libc():
+def libc() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -62,18 +64,18 @@ def libc():
     return _libc
 
 
-def check(result, what):
+def check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def namespace_flags(uid):
+def namespace_flags(uid: int) -> int:
     """The namespaces the fallback asks for: network, pid, ipc, mount, and a user namespace for a non-root uid."""
     return CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS | (CLONE_NEWUSER if uid != 0 else 0)
 
 
-def namespaces():
+def namespaces() -> bool:
     """Process fallback: new namespaces where the kernel allows them all (else none; a user needs a user
     namespace too); whether it did. The first process forked after this is pid 1 of the new pid namespace."""
     uid, gid = os.getuid(), os.getgid()
@@ -87,7 +89,7 @@ def namespaces():
     return True
 
 
-def drop_privileges(uid=None):
+def drop_privileges(uid: int | None = None) -> None:
     """Become `uid` (a root caller's sandbox), or keep the uid and drop every capability (a user's fallback)."""
     check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     if uid is not None:
@@ -106,20 +108,20 @@ def drop_privileges(uid=None):
     check(libc().capset(header, data), "capset")
 
 
-def fresh_keyring():
+def fresh_keyring() -> bool:
     """Join a new, empty session keyring (the caller's is inherited otherwise). False where the kernel has no
     keyrings or refuses the call; the filter refuses every keyring call to the candidate either way."""
     number = ARCHES.get(platform.machine(), (0, {}))[1].get("keyctl")
     return number is not None and libc().syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
 
 
-def _filter(arch, numbers):
+def _filter(arch: int, numbers: dict[str, int]) -> tuple[bytes, int]:
     """A classic BPF program: refuse the listed calls with EPERM (clone3 with ENOSYS, so libc falls back to
     clone, whose flags the filter can read), allow everything else."""
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     allow, enosys, eperm = 0x7FFF0000, 0x00050000 | errno.ENOSYS, 0x00050000 | errno.EPERM
 
-    def args_low(i):  # seccomp_data.args[i], its low 32 bits (little-endian)
+    def args_low(i: int) -> int:  # seccomp_data.args[i], its low 32 bits (little-endian)
         return 16 + 8 * i
 
     code = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000),  # another ABI: kill the process
@@ -136,7 +138,7 @@ def _filter(arch, numbers):
     return b"".join(struct.pack("=HBBI", *op) for op in code), len(code)
 
 
-def seccomp():
+def seccomp() -> bool:
     """Install the filter (for this process and every child it will have); False where the architecture's
     system call numbers are not written down here."""
     known = ARCHES.get(platform.machine())

@@ -10,6 +10,8 @@ ancestor of its prefix that only its owner may enter (/root) is covered by a rea
 the path down to the prefix.
 """
 
+from __future__ import annotations
+
 import os
 
 from mdmkit.sandbox.confine import check, libc
@@ -26,29 +28,29 @@ LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/pro
 _REPLACED = ("/tmp", "/dev", "/proc")  # covered by mounts of the sandbox's own: what was there is hidden
 
 
-def _mount(source, target, fstype, flags, data=None):
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     check(libc().mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
                        data.encode() if data else None), f"mount {target}")
 
 
-def _unescape(path):
+def _unescape(path: str) -> str:
     """A mount point as mountinfo writes it (space, tab, newline and backslash as octal escapes)."""
     for code in ("040", "011", "012", "134"):
         path = path.replace("\\" + code, chr(int(code, 8)))
     return path
 
 
-def mount_table(pid="self"):
+def mount_table(pid: int | str = "self") -> list[tuple[str, str, str]]:
     """(mount point, file system type, the mount's own options) of every mount `pid` can reach: not those
     another mount covers (at the same point, on top of it), nor those beneath a covered one."""
-    rows = {}
+    rows: dict[str, tuple[str, str, str, str]] = {}
     with open(f"/proc/{pid}/mountinfo") as f:
         for line in f:
             fields = line.split()
             rows[fields[0]] = (fields[1], _unescape(fields[4]), fields[fields.index("-") + 1], fields[5])
     covered = {parent for parent, point, _, _ in rows.values() if parent in rows and rows[parent][1] == point}
 
-    def reachable(mount_id):
+    def reachable(mount_id: str) -> bool:
         while mount_id in rows:
             if mount_id in covered:
                 return False
@@ -58,16 +60,16 @@ def mount_table(pid="self"):
     return [row[1:] for mount_id, row in rows.items() if reachable(mount_id)]
 
 
-def _under(path, roots):
+def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-def _read_only_inherited(keep):
+def _read_only_inherited(keep: tuple[str, ...]) -> None:
     """Remount every inherited mount read-only (keeping its own options), except those the sandbox covers."""
-    for point, _, options in mount_table():
+    for point, _, joined in mount_table():
         if _under(point, keep):
             continue
-        options = options.split(",")
+        options = joined.split(",")
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY | (0 if {"noatime", "relatime"} & set(options) else MS_STRICTATIME)
         for option in options:
             flags |= _OPTIONS.get(option, 0)
@@ -77,7 +79,7 @@ def _read_only_inherited(keep):
             pass
 
 
-def _reach(prefix):
+def _reach(prefix: str) -> None:
     """Let any uid reach `prefix`: cover its topmost ancestor that others may not enter with a read-only tmpfs
     holding only the path down to it, the prefix bound there again."""
     parts = prefix.strip("/").split("/")
@@ -97,7 +99,7 @@ def _reach(prefix):
         os.close(handle)
 
 
-def _fresh_dev(size):
+def _fresh_dev(size: str) -> None:
     """A /dev of a few bound device nodes, links to /proc/self/fd and a private /dev/shm, built aside in /tmp
     and moved into place."""
     stage = "/tmp/.dev"
@@ -115,7 +117,7 @@ def _fresh_dev(size):
     _mount("none", "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def private_view(workdir, disk_mb, prefix, reach=False):
+def private_view(workdir: str, disk_mb: int, prefix: str, reach: bool = False) -> None:
     """Build the fallback's file system (this process is pid 1 of its new pid namespace); `reach`: make the
     interpreter's `prefix` reachable for the unprivileged uid a root caller's sandbox becomes."""
     size = f"size={disk_mb}m,mode=1777"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from mdmkit.sandbox import mounts
 
@@ -171,7 +172,7 @@ def kill(pids: list[int]) -> None:
             pass
 
 
-def kill_until_gone(find, patience_s: float = 5.0) -> list[int]:
+def kill_until_gone(find: Callable[[], list[int]], patience_s: float = 5.0) -> list[int]:
     """SIGKILL whatever `find()` returns until it returns nothing; the survivors if patience runs out."""
     deadline = time.monotonic() + patience_s
     while (pids := find()) and time.monotonic() < deadline:

@@ -49,7 +49,7 @@ def run_many(
     require(workers >= 1, f"workers={workers} must be >= 1")
     limits = limits if limits is not None else SandboxLimits()
     backend = backend_for(limits, allow)  # refuses (or warns) once, before anything runs
-    results: list[ExecutionResult | None] = [None] * len(programs)
+    results: dict[int, ExecutionResult] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_check, _as_check(p), limits, backend): i for i, p in enumerate(programs)}
         with progress_bar(total=len(programs), disable=not progress, desc="sandbox", unit="prog") as bar:
@@ -61,4 +61,4 @@ def run_many(
                     results[i] = ExecutionResult(False, "error", None, "", "", 0.0, False,
                                                  reason=f"sandbox error: {error!r}", isolation=backend.name)
                 bar.update(1)
-    return results  # type: ignore[return-value]
+    return [results[i] for i in range(len(programs))]  # every future has completed

@@ -16,13 +16,19 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from mdmkit.sandbox import codec
 from mdmkit.sandbox.channel import Sandbox, Stopped
 from mdmkit.sandbox.isolation import Backend
 from mdmkit.sandbox.limits import ExecutionResult, SandboxLimits
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction
 
 _TESTS, _PRELUDE = "<checks>", "<checks prelude>"
 CHECKS_GRACE_S = 1.0  # the checks may run this long past the program's timeout, then they are stopped
@@ -62,7 +68,7 @@ class Remote(codec.Ref):
         super().__init__(name)
         self._box = box
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         reply = self._box.request({"op": "call", "name": self.name, "args": codec.to_wire(list(args)),
                                    "kwargs": codec.to_wire(dict(kwargs))})
         if "ok" in reply:
@@ -87,7 +93,7 @@ def _candidate_exception(name: str, message: str) -> Exception:
             error = kind(message)
         except TypeError:  # built-ins with other signatures (UnicodeDecodeError, ...)
             pass
-    error.raised_by_candidate = True
+    error.raised_by_candidate = True  # type: ignore[attr-defined]  # a mark on the instance, read by _exec_tests
     return error
 
 
@@ -131,7 +137,7 @@ def run_check(check: Check, limits: SandboxLimits, backend: Backend) -> Executio
 
 
 def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
-    namespace = {"__name__": "__checks__", "__builtins__": _BUILTINS}
+    namespace: dict[str, object] = {"__name__": "__checks__", "__builtins__": _BUILTINS}
     try:
         exec(compile(check.prelude, _PRELUDE, "exec"), namespace)  # noqa: S102 -- the dataset's own code
     except Exception as error:  # noqa: BLE001
@@ -141,7 +147,7 @@ def _run_tests(check: Check, box: Sandbox) -> tuple[str, str]:
         return _exec_tests(check, box, namespace)
 
 
-def _exec_tests(check: Check, box: Sandbox, namespace: dict) -> tuple[str, str]:
+def _exec_tests(check: Check, box: Sandbox, namespace: dict[str, object]) -> tuple[str, str]:
     previous = sys.gettrace()
     sys.settrace(_deadline_tracer(box, box.deadline + CHECKS_GRACE_S))
     try:
@@ -164,7 +170,7 @@ _digits_restore: int | None = None  # the process's own bound, while the checks 
 
 
 @contextmanager
-def _bounded_int_parsing():
+def _bounded_int_parsing() -> Iterator[None]:
     """While any checks run, CPython's int max-str-digits bound is at most `codec.MAX_INT_DIGITS`: a check's
     `int(candidate())` of a long digit string is quadratic in its length (seconds for 10**6 digits, in one C
     call no deadline interrupts), and the process may have lifted the bound (PYTHONINTMAXSTRDIGITS=0). The
@@ -186,18 +192,18 @@ def _bounded_int_parsing():
                 _digits_restore = None
 
 
-def _deadline_tracer(box: Sandbox, deadline: float, clock=time.monotonic):
+def _deadline_tracer(box: Sandbox, deadline: float, clock: Callable[[], float] = time.monotonic) -> TraceFunction:
     """A trace function that stops the checks (`Stopped`, which they cannot catch for good) at every function
     call and every line of the checks' own code past `deadline`. Values from the sandbox are bounded
     (`codec`), so no single line on them runs long; a loop over one is stopped here."""
 
-    def on_line(frame, event, arg):
+    def on_line(frame: FrameType, event: str, arg: object) -> TraceFunction:
         if clock() > deadline:
             box.halt("timeout", f"the checks ran past the program's timeout ({box.limits.timeout_s:g} s) plus "
                                 f"{CHECKS_GRACE_S:g} s")
         return on_line
 
-    def on_call(frame, event, arg):
+    def on_call(frame: FrameType, event: str, arg: object) -> TraceFunction | None:
         on_line(frame, event, arg)
         return on_line if frame.f_code.co_filename in (_TESTS, _PRELUDE) else None
 
