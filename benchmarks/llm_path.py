@@ -32,36 +32,16 @@ import torch
 from benchmarks.llm_roofline import Forward, forward_seconds
 from benchmarks.roofline import Hardware
 from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
-from mdmkit.models.llm.moe import MoEConfig
+from mdmkit.models.llm.registry import model_kinds
 from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
 from mdmkit.samplers.core.protocol import Sampler
 
 MODES = ("none", "prefix", "dual", "block")
 CACHES = ("prefix", "dual")  # the approximate caches, for bidirectional networks only
 
-# the hub config.json values (../shared/reference_models/*/SOURCE.md); max_positions covers prompt 1024 + 256
-PRESETS = {
-    "llada-8b": DiffusionLMConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
-                                  mlp_hidden=12288, mask_id=126336, rope_theta=500000.0, rms_eps=1e-5,
-                                  max_positions=4096),
-    "dream-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
-                                  mlp_hidden=18944, mask_id=151666, rope_theta=1e6, rms_eps=1e-6, max_positions=4096,
-                                  qkv_bias=True, rope_fp32=False, pad_positions=True, shift_logits=True),
-    # Qwen2.5-7B-Instruct's shape, attending block-causally in blocks of 32: its finished blocks are cached exactly
-    "fast-dllm-v2-7b": DiffusionLMConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4,
-                                         mlp_hidden=18944, mask_id=151665, rope_theta=1e6, rms_eps=1e-6,
-                                         max_positions=4096, qkv_bias=True, rope_fp32=False, pad_positions=True,
-                                         shift_logits=True, attention_block=32),
-    # LLaDA2.0-mini: a block-causal mixture of experts, 16.3B parameters of which 1.4B are active per token
-    "llada2-mini": DiffusionLMConfig(vocab_size=157184, d_model=2048, n_layers=20, n_heads=16, n_kv_heads=4,
-                                     mlp_hidden=5120, mask_id=156895, rope_theta=600000.0, rms_eps=1e-6,
-                                     max_positions=4096, rope_fp32=False, attention_block=32, qk_norm=True,
-                                     rotary_dim=64, rotary_freqs_rounded=True,
-                                     moe=MoEConfig(experts=256, top_k=8, expert_hidden=512, layers=tuple(range(1, 20)),
-                                                   shared_hidden=512, router="sigmoid", router_fp32=True,
-                                                   expert_bias=True, groups=8, top_groups=4, normalize=True,
-                                                   scale=2.5, combine_fp32=True)),
-}
+# each model kind's real-size shapes (its record's `shapes`: the hub config.json values, max_positions covering
+# prompt 1024 + 256)
+PRESETS = {name: shape for kind in model_kinds() for name, shape in kind.shapes.items()}
 
 # dense bf16 tensor-core rate and HBM bandwidth from the vendors' data sheets (SXM parts)
 CARDS = {

@@ -40,6 +40,7 @@ from mdmkit.io.results import (
     provenance,
     read_records,
 )
+from mdmkit.models.llm.registry import model_kind
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.text import TextTask
@@ -152,9 +153,10 @@ def _text_setup(cfg: DictConfig, task: TextTask, ranks: Ranks, jobs: list[SweepJ
     hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **to_container(cfg.hf)}, "hf")
     require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
     task.limit = cfg.limit
-    # hf.kind=causal takes sampler=ntp (or sbd), a masked model a masked sampler: checked before loading
+    # a causal kind takes sampler=ntp (or sbd), a masked model a masked sampler: checked before loading
+    causal = model_kind(hf.kind).decoding == "causal"
     for job in jobs:
-        check_decoder(hf.kind == "causal", build_sampler(job.sampler))
+        check_decoder(causal, build_sampler(job.sampler))
     task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
     data = {"task": task.fingerprint()}  # loads the documents: a malformed file stops before the model loads
     model = load_text_model(cfg.ckpt, hf, str(resolve_device(cfg.device)))

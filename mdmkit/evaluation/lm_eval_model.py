@@ -1,7 +1,7 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
 `model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default `eb`, and `ntp` for
-`kind=causal`) and its fields (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`,
+a causal kind) and its fields (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`,
 `max_length`, `gen_length` (when a request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON
 line per request with its NFE). Importing this module registers it in lm-eval's registry (`mdmkit-lm-eval`
 registers it by module path: mdmkit/cli/harness.py).
@@ -39,6 +39,7 @@ from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
 from mdmkit.models.llm.hf import check_model_source
+from mdmkit.models.llm.registry import model_kind
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length", "adapter"}
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise
@@ -79,8 +80,9 @@ def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_siz
     require(mc_samples >= 1, f"mc_samples={mc_samples} must be >= 1")
     require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
     config = HFModelConfig(kind=kind, **{k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS})
-    built, sampler_config = sampler_from_args(sampler or ("ntp" if kind == "causal" else "eb"), extra)
-    check_decoder(kind == "causal", built)
+    record = model_kind(config.kind)
+    built, sampler_config = sampler_from_args(sampler or record.default_sampler, extra)
+    check_decoder(record.decoding == "causal", built)
     check_model_source(str(ckpt))
     return config, built, sampler_config
 
