@@ -99,14 +99,18 @@ def test_each_block_costs_its_steps_and_one_committing_forward() -> None:
 
 
 def test_the_rule_refuses_what_it_does_not_compute() -> None:
-    from mdmkit.samplers.rules.llada2 import Llada2Sampler
+    from mdmkit.core.config import build
 
-    with pytest.raises(ConfigError, match="mask_in_softmax true"):
-        Llada2Sampler(mask_in_softmax=False)
+    def rule(**fields: object) -> object:
+        return build({"_target_": "mdmkit.samplers.Llada2Sampler", **fields}, "sampler.rule")
+
+    # its scores always read the softmax with the mask token, it ranks by confidence, and it fills one block of
+    # block diffusion (no blocks or caches of its own): none of these is a knob of its config
+    for knob in ({"mask_in_softmax": False}, {"ordering": "entropy"}, {"block_length": 8}, {"cache": "prefix"}):
+        with pytest.raises(ConfigError, match=f"unknown key '{next(iter(knob))}'"):
+            rule(**knob)
     with pytest.raises(ConfigError, match="top_k=-1 must be >= 0"):
-        Llada2Sampler(top_k=-1)
-    with pytest.raises(ConfigError, match="cache none, block_length null"):
-        Llada2Sampler(block_length=8)  # it fills one block of block diffusion, not blocks of its own
+        rule(top_k=-1)
 
 
 @torch.no_grad()

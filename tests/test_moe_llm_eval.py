@@ -120,7 +120,7 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
     utils.task.cache_clear()
     tasks = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
     if kind == "llada2":
-        assert rows[0]["family"] == "blockdiffusion-llada2-confidence" and rows[0]["sampler"]["rule"]["steps"] == 4
+        assert rows[0]["family"] == "blockdiffusion-llada2" and rows[0]["sampler"]["rule"]["steps"] == 4
     else:
         assert [row["sampler"]["cache"] for row in rows] == ["none", "prefix", "dual"]
     net = network(kind)

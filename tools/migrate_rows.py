@@ -3,7 +3,9 @@
     .venv/bin/python tools/migrate_rows.py docs/results/*.jsonl
 
 A sampler `_target_` named by its module path (`mdmkit.samplers.ni.NISampler`; anywhere in a row, nested ones
-too) becomes the path `mdmkit.samplers` exports it under, which module moves never change. Every evaluation row gets
+too) becomes the path `mdmkit.samplers` exports it under, which module moves never change. LLaDA2.0's rule drops the
+masked-loop fields it once inherited at the only values it took (its own config has none; the row's family follows
+the config). Every evaluation row gets
 the fields rows carry today (`preset`, `family`); a row that stores what it was measured on (`measurement`) is keyed
 again by today's `evaluation_key`, so a resumed sweep recognises it. Rows from before `measurement` was stored keep
 their key: it hashes a data fingerprint the row does not hold, so a resume measures such a setting once more. Prints
@@ -24,6 +26,9 @@ from mdmkit.io.results import evaluation_key, read_records
 
 EVALUATION_KINDS = ("evaluate", "oracle")
 SAMPLERS = "mdmkit.samplers."
+LLADA2 = SAMPLERS + "Llada2Sampler"
+LLADA2_INHERITED = {"ordering": "confidence", "block_length": None, "cache": "none", "cache_refresh": None,
+                    "mask_in_softmax": True}  # the masked-loop fields LLaDA2.0's rule had, at the values it took
 
 
 def public_target(target: str) -> str:
@@ -45,13 +50,28 @@ def with_public_targets(value: Any) -> Any:
     return value
 
 
+def without_inherited_fields(value: Any) -> Any:
+    """`value` with every LLaDA2.0 rule config inside it stripped of the masked-loop fields it no longer has."""
+    if isinstance(value, dict):
+        own = value.get("_target_") == LLADA2
+        return {key: without_inherited_fields(item) for key, item in value.items()
+                if not (own and key in LLADA2_INHERITED and item == LLADA2_INHERITED[key])}
+    if isinstance(value, list):
+        return [without_inherited_fields(item) for item in value]
+    return value
+
+
 def migrated(row: dict[str, Any]) -> dict[str, Any]:
     """The row in today's layout (unchanged where it already is)."""
-    row = with_public_targets(row)
+    public = with_public_targets(row)
+    row = without_inherited_fields(public)
     if row.get("kind") not in EVALUATION_KINDS:
         return row
     row = row if "preset" in row else {"preset": None, **row}
-    row.setdefault("family", sampler_family(row.get("sampler"), row.get("kind")))
+    family = sampler_family(row.get("sampler"), row.get("kind"))
+    if row.get("sampler") != public.get("sampler"):  # the sampler lost fields: its family is made again from it
+        row["family"] = family
+    row.setdefault("family", family)
     if isinstance(row.get("measurement"), dict) and isinstance(row.get("sampler"), dict):
         row["key"] = evaluation_key(row["kind"], row["sampler"], row["measurement"])
     return row

@@ -51,3 +51,24 @@ def test_sampler_targets_named_by_module_path_become_the_public_ones_nested_too(
                                       "task": {"_target_": "mdmkit.tasks.sudoku.SudokuTask"}}  # not a sampler: kept
     assert third == {"kind": "train", "config": {"sampler": {"_target_": "mdmkit.samplers.P2ListingSampler"}}}
     assert migrate_file(path) == (0, 3)  # idempotent
+
+
+def test_llada2s_rule_loses_the_masked_loop_fields_it_no_longer_has_and_its_family_follows(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    inherited = {"ordering": "confidence", "temperature": 1.0, "top_p": 1.0, "block_length": None,
+                 "stop_early": True, "cache": "none", "cache_refresh": None, "mask_in_softmax": True}
+    old_rule = {"_target_": "mdmkit.samplers.llada2.Llada2Sampler", **inherited, "steps": 4, "tau": 0.95, "top_k": 0}
+    sampler = {"_target_": "mdmkit.samplers.BlockDiffusionSampler", "block_size": 16, "rule": old_rule}
+    row = {"kind": "evaluate", "key": "stale", "preset": "llada2", "family": "blockdiffusion-llada2-confidence",
+           "sampler": sampler, "measurement": MEASUREMENT}
+    path.write_text(json.dumps(row) + "\n")
+    assert migrate_file(path) == (1, 1)
+    (new,) = read_records(path)
+    rule = {"_target_": "mdmkit.samplers.Llada2Sampler", "temperature": 1.0, "top_p": 1.0, "stop_early": True,
+            "steps": 4, "tau": 0.95, "top_k": 0}
+    assert new["sampler"] == {**sampler, "rule": rule}
+    assert new["family"] == "blockdiffusion-llada2"
+    # keyed as a run of today's config is: the fields at their defaults count for nothing
+    assert new["key"] == evaluation_key("evaluate", {**sampler, "rule": {"_target_": rule["_target_"], "steps": 4,
+                                                                         "temperature": 1.0}}, MEASUREMENT)
+    assert migrate_file(path) == (0, 1)

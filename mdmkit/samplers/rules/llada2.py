@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.samplers.core.blocks import check_sampling_fields
 from mdmkit.samplers.core.counting import CountedNetwork
-from mdmkit.samplers.core.masked import MaskedSampler
-from mdmkit.samplers.core.protocol import Canvas, Sampled, settle_stopped
+from mdmkit.samplers.core.driver import Batch
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -43,55 +44,42 @@ def scheduled_counts(width: int, steps: int) -> torch.Tensor:
 
 
 @dataclass
-class Llada2Sampler(MaskedSampler):
-    """LLaDA2.0's in-block rule (see the module); the masked loop's ordering and budget fields do not apply."""
+class Llada2Sampler(Sampler):
+    """LLaDA2.0's in-block rule (see the module). Its fields are its own: the walk around it (block diffusion) has
+    the blocks and the cache, and its ranking is always by confidence."""
 
     steps: int = 32  # at most this many steps per block
     tau: float = 0.95  # reveal every masked position scored above tau when they reach the step's count
     top_k: int = 0  # draw among the k most probable tokens (0: all)
-    mask_in_softmax: bool = True  # always: the scores come from the softmax over every token, the mask included
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
 
     def validate(self) -> None:
-        super().validate()
-        require(self.mask_in_softmax, "llada2's rule scores with the mask token in the softmax: mask_in_softmax true")
-        require(self.ordering == "confidence", "llada2's rule ranks by confidence: ordering confidence")
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")
         require(0.0 <= self.tau <= 1.0, f"tau={self.tau} must lie in [0, 1]")
         require(self.top_k >= 0, f"top_k={self.top_k} must be >= 0")
-        require(self.cache == "none" and self.block_length is None,
-                "llada2's rule fills one block of block diffusion: cache none, block_length null")
+        check_sampling_fields(self.temperature, self.top_p, None)
 
     def fill(self, network: CountedNetwork, canvas: Canvas) -> Sampled:
-        x, mask_id = canvas.tokens.clone(), canvas.mask_id
-        batch, width = x.shape
-        answer = x == mask_id
-        counts = scheduled_counts(width, self.steps).to(x.device)
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(batch, dtype=torch.long, device=x.device)
-        active = torch.ones(batch, dtype=torch.bool, device=x.device)
-        while True:
-            masked = x == mask_id
-            rows = (masked.any(1) & active & (steps < self.steps)).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            row_masked = masked[rows]
-            keep = canvas.attention_mask  # left padding (alone; inside block diffusion the blocks handle it)
-            kwargs = {} if keep is None else {"attn_mask": keep[rows][:, None, None, :]}
-            raw = network(x[rows], rows, **kwargs).float()
+        mask_id = canvas.mask_id
+        batch = Batch(network, canvas, stop_early=self.stop_early, max_steps=self.steps)
+        counts = scheduled_counts(batch.length, self.steps).to(batch.x.device)
+        for step in batch:
+            # left padding hidden (alone; inside block diffusion the blocks handle it); the scores read every token
+            raw = batch.logits(step, None).float()
             probs = filtered_logits(raw, self.temperature, self.top_k, self.top_p).softmax(-1)
             tokens = self._draw(probs, raw, mask_id, canvas.generator)
-            score = probs.gather(-1, tokens[..., None]).squeeze(-1).masked_fill(~row_masked, float("-inf"))
+            score = probs.gather(-1, tokens[..., None]).squeeze(-1).masked_fill(~step.masked, float("-inf"))
             above = score > self.tau
             # rows short of their count reveal that many most confident (at most every masked position)
-            count = torch.minimum(counts[steps[rows]], row_masked.sum(1))
+            count = torch.minimum(counts[batch.steps[step.rows]], step.masked.sum(1))
             best = torch.topk(score, int(count.max()), dim=1).indices
-            ranked = torch.zeros_like(above).scatter_(1, best, torch.arange(best.shape[1], device=x.device)[None]
+            ranked = torch.zeros_like(above).scatter_(1, best, torch.arange(best.shape[1], device=best.device)[None]
                                                       < count[:, None])
-            reveal = torch.where((above.sum(1) >= count)[:, None], above, ranked)
-            x[rows] = torch.where(reveal, tokens, x[rows])
-            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
-            steps[rows] += 1
-            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+            batch.reveal(step, torch.where((above.sum(1) >= count)[:, None], above, ranked), tokens)
+            batch.end(step)
+        return batch.result()
 
     def _draw(self, probs: torch.Tensor, raw: torch.Tensor, mask_id: int,
               generator: torch.Generator | None) -> torch.Tensor:
