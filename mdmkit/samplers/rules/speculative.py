@@ -20,8 +20,9 @@ from mdmkit.models.denoiser import CAUSAL_HEAD, without_mask
 from mdmkit.models.speculative import Trunk, gather_positions
 from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.core.counting import ForwardCounter
+from mdmkit.samplers.core.driver import Batch
 from mdmkit.samplers.core.ordering import ERROR_PROXIES
-from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler, settle_stopped
+from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 
 _SLACK = 1e-9  # so that a window of exactly k tokens in real arithmetic is not rounded to k + 1 or k - 1
 
@@ -112,25 +113,17 @@ class WindowSampler(Sampler):
         mask_id, generator, attention_mask = canvas.mask_id, canvas.generator, canvas.attention_mask
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("window and speculative sampling take unpadded batches (no attention_mask)")
-        x = canvas.tokens.clone()
-        answer = x == mask_id
-        total = answer.sum(1)
-        reveal_step = torch.full_like(x, -1)
-        steps = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-        active = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
-        rank = torch.arange(x.shape[1], device=x.device)
-        while True:
-            rows = ((x == mask_id).any(1) & active).nonzero().squeeze(1)
-            if rows.numel() == 0:
-                return Sampled(x, reveal_step, steps)
-            step = self._draft(network, x[rows], rows, total[rows], mask_id, generator)
-            cursor = self._decide(network, step, mask_id, generator)
-            decided = (rank[None, :] >= step.n_known[:, None]) & (rank[None, :] < cursor[:, None])
-            reveal = torch.zeros_like(step.proposal, dtype=torch.bool).scatter(1, step.order, decided)
-            x[rows] = torch.where(reveal, step.proposal, x[rows])
-            reveal_step[rows] = torch.where(reveal, steps[rows, None], reveal_step[rows])
-            steps[rows] += 1
-            settle_stopped(network, canvas, x, answer, rows, active, self.stop_early)
+        batch = Batch(network, canvas, stop_early=self.stop_early)
+        total = batch.answer.sum(1)
+        rank = torch.arange(batch.length, device=batch.x.device)
+        for step in batch:
+            drafted = self._draft(network, step.state, step.rows, total[step.rows], mask_id, generator)
+            cursor = self._decide(network, drafted, mask_id, generator)
+            decided = (rank[None, :] >= drafted.n_known[:, None]) & (rank[None, :] < cursor[:, None])
+            batch.reveal(step, torch.zeros_like(drafted.proposal, dtype=torch.bool).scatter(1, drafted.order, decided),
+                         drafted.proposal)
+            batch.end(step)
+        return batch.result()
 
     def _trunk(self, counter: ForwardCounter, state: torch.Tensor,
                rows: torch.Tensor) -> tuple[torch.Tensor, Trunk | None]:
