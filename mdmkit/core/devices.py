@@ -20,7 +20,8 @@ def resolve_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
             raise ConfigError(f"device={name}, but {why}: use device=auto (CUDA when there is one) or device=cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
+        # torch's stub types `index` int; "cuda" without one gives None
+        if device.index is not None and device.index >= torch.cuda.device_count():  # type: ignore[redundant-expr]
             raise ConfigError(f"device={name}, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device={name}, but MPS is not available: use device=auto or device=cpu")

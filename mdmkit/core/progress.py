@@ -22,7 +22,8 @@ def on_terminal(stream: Any = None) -> bool:
 class _LogLines(tqdm):
     """tqdm writing whole lines, at most every `mininterval` seconds (and once more when closed)."""
 
-    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+    # tqdm's own display returns a bool too, which its close reads; the stub (types-tqdm) says None
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:  # type: ignore[override]  # stub
         line = (self.__str__() if msg is None else msg).strip()
         if line and not self.disable:
             self.fp.write(line + "\n")

@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from mdmkit.core.errors import CheckpointError
+from mdmkit.models.denoiser import HiddenStateDenoiser
 from mdmkit.models.indicator import Indicator, IndicatorConfig, network_fingerprint
 
 FORMAT = "mdmkit-indicator-v1"
 
 
 def save_indicator(
-    indicator: Indicator, base: nn.Module, path: Path, extra: dict[str, Any] | None = None
+    indicator: Indicator, base: HiddenStateDenoiser, path: Path, extra: dict[str, Any] | None = None
 ) -> None:
     """Write the indicator with the fingerprint of `base`, so it is never used with another network."""
     payload = {
@@ -39,7 +39,7 @@ class TrainedIndicator:
     base_fingerprint: str
     extra: dict[str, Any] = field(default_factory=dict)  # what training stored: base checkpoint, summary
 
-    def check(self, network: nn.Module) -> None:
+    def check(self, network: HiddenStateDenoiser) -> None:
         """Refuse a base network other than the one the indicator was trained on."""
         if network_fingerprint(network) != self.base_fingerprint:
             base = self.extra.get("base_checkpoint", "another network")

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import os
 from functools import cache
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mdmkit.lm_eval_tasks import scoring_skipped
 from mdmkit.tasks.code import MBPP_SPLITS, HumanEvalTask, MBPPTask
 from mdmkit.tasks.gsm8k import GSM8KTask
 from mdmkit.tasks.text import TextTask
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
 
 _TASKS = {"gsm8k": GSM8KTask, "humaneval": HumanEvalTask, "mbpp": MBPPTask}
 # (between an exemplar's question and its answer, after its answer): the YAMLs' target_/fewshot_delimiter
@@ -31,7 +35,16 @@ def task(name: str) -> TextTask:
     return _TASKS[name](data_dir=os.environ.get("MDMKIT_BENCHMARK_DATA"))
 
 
-def _dataset(name: str):
+@runtime_checkable
+class Counted(Protocol):
+    """An answer that carries its forward passes: mdmkit's `Generation` (None where lm-eval made it from other
+    text). A protocol, as that class sits in a layer above this one."""
+
+    nfe: int | None
+    nfe_to_stop: int | None
+
+
+def _dataset(name: str) -> DatasetDict:
     import datasets
 
     if not scoring_skipped():  # lm-eval loads the data before generating: a refused sandbox stops here
@@ -57,20 +70,21 @@ def _shot_answer(name: str, doc: dict) -> str:
 def _score(name: str, doc: dict, results: list[str]) -> dict[str, float]:
     answer = results[0]
     scores = {"accuracy": float(task(name).score([doc], [answer])[0].correct)}
-    if getattr(answer, "nfe", None) is not None:  # an mdmkit generation (other models' answers carry no NFE)
+    # an mdmkit generation (other models' answers carry no NFE)
+    if isinstance(answer, Counted) and answer.nfe is not None and answer.nfe_to_stop is not None:
         scores |= {"nfe": float(answer.nfe), "nfe_to_stop": float(answer.nfe_to_stop)}
     return scores
 
 
-def gsm8k_dataset(**_):
+def gsm8k_dataset(**_: object) -> DatasetDict:
     return _dataset("gsm8k")
 
 
-def humaneval_dataset(**_):
+def humaneval_dataset(**_: object) -> DatasetDict:
     return _dataset("humaneval")
 
 
-def mbpp_dataset(**_):
+def mbpp_dataset(**_: object) -> DatasetDict:
     return _dataset("mbpp")
 
 
@@ -94,6 +108,7 @@ def gsm8k_fewshot() -> list[dict]:
 def mbpp_fewshot() -> list[dict]:
     """The prompt split, mdmkit's exemplars (`fewshot_ids`) first."""
     mbpp = task("mbpp")
+    assert isinstance(mbpp, MBPPTask)
     ids = list(mbpp.fewshot_ids) + [i for i in MBPP_SPLITS["prompt"] if i not in mbpp.fewshot_ids]
     by_id = {doc["task_id"]: doc for doc in mbpp.docs("prompt")}
     return [by_id[i] for i in ids if i in by_id]

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from mdmkit.core.config import Validated, require
+from mdmkit.models.denoiser import HiddenStateDenoiser
 
 _LOG_FLOOR = 1e-9  # probabilities enter the MLP also as logs, floored so that a zero is finite
 
@@ -45,7 +46,7 @@ def features(
     return Features(embedding(tokens).float(), hidden.float(), probs)
 
 
-def network_fingerprint(network: nn.Module) -> str:
+def network_fingerprint(network: HiddenStateDenoiser) -> str:
     """A hash of the base network's input embeddings: an indicator only fits the network it was trained on."""
     weight = network.embed.weight.detach().to("cpu", torch.float32).contiguous()
     return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]

@@ -137,7 +137,7 @@ class SpeculativeTransformer(nn.Module):
         x = self.inputs(torch.cat([self.trunk.embed(tokens.gather(1, order)), gather_positions(hidden, order),
                                    gather_positions(hidden, following)], -1))
         positions = None
-        if self.here is not None:
+        if self.here is not None and self.next is not None:
             x = x + self.here(order) + self.next(following)
         else:
             positions = torch.stack([order, following], 1)

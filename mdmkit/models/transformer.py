@@ -7,7 +7,7 @@ so, as in the EB-Sampler paper's small DiT, the network maps a partially masked 
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +61,18 @@ class TransformerConfig(TransformerShape):
         return MaskedTransformer(self)
 
 
+class Rotation(Protocol):
+    """Rotates queries or keys [B, H, L, D] by their positions: `Rotary`, or the speculative network's two-position
+    `SplitRotary`."""
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor: ...
+
+
 class Rotary(nn.Module):
     """Rotary position embedding applied to queries and keys (rotate-half convention)."""
+
+    cos: torch.Tensor  # buffers [max_len, head_dim]
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_len: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -82,7 +92,7 @@ class Rotary(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
+    def __init__(self, config: TransformerConfig, rotary: Rotation | None) -> None:
         super().__init__()
         self.n_heads = config.n_heads
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
@@ -115,7 +125,7 @@ class SelfAttention(nn.Module):
 class Block(nn.Module):
     """Pre-LN transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
 
-    def __init__(self, config: TransformerConfig, rotary: Rotary | None) -> None:
+    def __init__(self, config: TransformerConfig, rotary: Rotation | None) -> None:
         super().__init__()
         hidden = int(config.mlp_ratio * config.d_model)
         self.norm_attn = nn.LayerNorm(config.d_model)

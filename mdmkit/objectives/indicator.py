@@ -8,9 +8,8 @@ t' = 0 is exactly `oracle_merge` (tests/test_ni.py checks it).
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from mdmkit.models.denoiser import without_mask
+from mdmkit.models.denoiser import HiddenStateDenoiser, without_mask
 from mdmkit.models.indicator import Indicator, features
 
 _NEVER = torch.iinfo(torch.long).max
@@ -47,7 +46,7 @@ def merge_labels(
     return (reveal_step >= done[:, None]) & (reveal_step < bound[:, None])
 
 
-def labelled_examples(base: nn.Module, indicator: Indicator, trajectories: tuple[torch.Tensor, ...],
+def labelled_examples(base: HiddenStateDenoiser, indicator: Indicator, trajectories: tuple[torch.Tensor, ...],
                       mask_id: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The indicator's training examples from a batch of trajectories (tokens, reveal_step, steps): its logits
     [N, 2] and the merge labels [N] of the still-masked positions at a random rollback per row. The frozen

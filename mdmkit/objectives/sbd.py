@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from mdmkit.core.config import Validated, require
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 
 def causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
@@ -42,11 +45,11 @@ def sbd_attention_mask(length: int, block: int, device: torch.device | None = No
     return _sbd_rule(index[:, None], index[None, :], length, block)
 
 
-def sbd_block_mask(length: int, block: int, device: torch.device | str = "cpu"):
+def sbd_block_mask(length: int, block: int, device: torch.device | str = "cpu") -> BlockMask:
     """The same rule as a FlexAttention BlockMask (for GPUs; FlexAttention has no CPU backward)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    def rule(b, h, q, kv):
+    def rule(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return _sbd_rule(q, kv, length, block)
 
     return create_block_mask(rule, B=None, H=None, Q_LEN=2 * length, KV_LEN=2 * length, device=device)

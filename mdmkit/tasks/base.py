@@ -191,14 +191,21 @@ class PuzzleTask(Validated):
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
     def cache_path(self) -> Path:
+        assert self.cache_dir is not None, "resolved by __post_init__"
         return Path(self.cache_dir).expanduser() / f"{self.name}-{self.fingerprint()}.npz"
 
     def _generate_unique(self, total: int) -> Examples:
         """Generate `total` distinct examples; test comes first so it is stable when n_train changes."""
-        parts, seen, have, round_ = [], set(), 0, 0
+        parts: list[Examples] = []
+        seen: set[object] = set()
+        have, round_ = 0, 0
         while have < total:
             batch = self.generate(total - have if round_ else total, self.seed + 1_000_003 * round_)
-            keep = np.array([k not in seen and not seen.add(k) for k in batch.keys.tolist()], dtype=bool)
+            keys = batch.keys.tolist()
+            keep = np.zeros(len(keys), dtype=bool)
+            for i, key in enumerate(keys):
+                keep[i] = key not in seen
+                seen.add(key)
             parts.append(batch.take(keep))
             have += int(keep.sum())
             round_ += 1
@@ -244,7 +251,7 @@ class PuzzleTask(Validated):
     def _write_cache(self, path: Path, examples: Examples) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # concurrent writers (ranks, jobs) each replace it whole
-        np.savez_compressed(tmp, **self.pack(examples))
+        np.savez_compressed(tmp, **self.pack(examples))  # type: ignore[arg-type]  # array names, no allow_pickle
         tmp.replace(path)
 
     def load_splits(self) -> dict[str, Split]:
@@ -301,8 +308,8 @@ class PuzzleTask(Validated):
         alone = self.test_cache_path()
         if alone.exists():
             return Split.from_examples(self._read_cache(alone))
-        test = self._generate_test() if self.stable_prefix else None
-        if test is None:
+        generated = self._generate_test() if self.stable_prefix else None
+        if generated is None:
             return self.load_splits()["test"]
-        self._write_cache(alone, test)
-        return Split.from_examples(test)
+        self._write_cache(alone, generated)
+        return Split.from_examples(generated)

@@ -32,6 +32,7 @@ def in_chunks(make: Callable[[int, int], Chunk], count: int, workers: int, max_c
     jobs = [(make, start, min(start + size, count)) for start in range(0, count, size)]
     with contextlib.ExitStack() as stack:
         bar = stack.enter_context(progress_bar(total=count, desc=desc, unit=unit, disable=not progress))
+        results: Iterator[Chunk]
         if workers > 1 and len(jobs) > 1:
             results = stack.enter_context(mp.get_context().Pool(min(workers, len(jobs)))).imap(_call, jobs)
         else:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mdmkit.core.config import require
+from mdmkit.core.errors import ConfigError
 from mdmkit.tasks.extraction import extract_gsm8k_answer
 from mdmkit.tasks.text import HubSource, TextTask, Verdict
 
@@ -24,7 +24,8 @@ def worked_solution(answer_field: str) -> str:
     """A gold solution as prose ending in "The answer is N." (calculator annotations removed)."""
     body = CALCULATOR.sub("", answer_field)
     match = _FINAL.search(body)
-    require(match is not None, f"a GSM8K solution without '#### N': {answer_field[-60:]!r}")
+    if match is None:
+        raise ConfigError(f"a GSM8K solution without '#### N': {answer_field[-60:]!r}")
     steps = " ".join(line.strip() for line in body[: match.start()].splitlines() if line.strip())
     return f"{steps} The answer is {match.group(1).strip()}."
 

@@ -253,13 +253,13 @@ def _make_chunk(start: int, stop: int, *, seed: int, lo: int, hi: int) -> tuple[
     return out[:, 0], out[:, 1]
 
 
-def _givens_range(n_givens: int | tuple[int, int]) -> tuple[int, int]:
+def _givens_range(n_givens: object) -> tuple[int, int]:
     """(lo, hi) from an int or an inclusive pair; any 2-sequence counts, e.g. a list from a config file."""
-    is_pair = isinstance(n_givens, Sequence) and not isinstance(n_givens, str)
-    pair = tuple(n_givens) if is_pair else (n_givens, n_givens)
-    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in pair):
+    pair = tuple(n_givens) if isinstance(n_givens, Sequence) and not isinstance(n_givens, str) else (n_givens, n_givens)
+    ints = [int(v) for v in pair if isinstance(v, (int, np.integer)) and not isinstance(v, bool)]
+    if len(pair) != 2 or len(ints) != 2:
         raise ValueError(f"n_givens must be an int or an inclusive (lo, hi) pair of ints, got {n_givens!r}")
-    lo, hi = map(int, pair)
+    lo, hi = ints
     if not 17 <= lo <= hi <= 81:
         raise ValueError(
             f"n_givens={n_givens!r} must lie in [17, 81] with lo <= hi "
