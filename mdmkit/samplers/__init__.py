@@ -1,4 +1,4 @@
-"""Samplers: `core/` is the machinery every sampler shares (the contract, the forward counter,
+"""Samplers: `core/` is the machinery every sampler shares (the contract, the forward counter, the batch driver,
 blocks, caches, the masked loop), `rules/` the sampling rules built on it. Configs name the classes exported here
 (`_target_: mdmkit.samplers.EBSampler`), so moving a module never changes a config or a results key."""
 

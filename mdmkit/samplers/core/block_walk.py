@@ -27,14 +27,9 @@ class BlockRule(Protocol):
     """A rule that fills one sub-block (a masked sampler without blocks of its own, LLaDA2.0's rule); its temperature
     and top_p also choose the token a committing forward predicts."""
 
-    @property
-    def temperature(self) -> float: ...
-
-    @property
-    def top_p(self) -> float: ...
-
-    @property
-    def stop_early(self) -> bool: ...
+    temperature: float
+    top_p: float
+    stop_early: bool
 
     def fill(self, network: CountedNetwork, canvas: Canvas) -> Sampled: ...
 
@@ -42,23 +37,14 @@ class BlockRule(Protocol):
 class BlockSettings(Protocol):
     """What the walk reads of its sampler (`BlockDiffusionSampler`'s fields)."""
 
-    @property
-    def block_size(self) -> int: ...
-
-    @property
-    def sub_block(self) -> int: ...
+    block_size: int
+    sub_block: int
+    block_cache: bool
+    prompt_block_unseen: bool
+    commit_reveals: bool
 
     @property
     def rule(self) -> BlockRule: ...
-
-    @property
-    def block_cache(self) -> bool: ...
-
-    @property
-    def prompt_block_unseen(self) -> bool: ...
-
-    @property
-    def commit_reveals(self) -> bool: ...
 
 
 def walk_blocks(settings: BlockSettings, network: ForwardCounter, canvas: Canvas) -> Sampled:

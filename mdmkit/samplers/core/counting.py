@@ -26,12 +26,12 @@ from mdmkit.models.denoiser import (
 
 
 class CountedNetwork(Protocol):
-    """What a rule needs of the network: forwards charged to the batch rows they run on, and the NFE noted at each
-    row's stop. The `ForwardCounter` is one; a walk that hands its rule part of each row (block diffusion's
-    sub-blocks, SBD's blocks) passes a view of the counter that is another."""
+    """What a rule needs of the network: forwards charged to the batch rows they run on (`attn_mask` hiding left
+    padding), and the NFE noted at each row's stop. The `ForwardCounter` is one; a walk that hands its rule part of
+    each row (block diffusion's sub-blocks, SBD's blocks) passes a view of the counter that is another."""
 
     def __call__(self, tokens: torch.Tensor, rows: torch.Tensor, /, *, logits_at: slice | None = None,
-                 **kwargs: Any) -> torch.Tensor: ...
+                 attn_mask: torch.Tensor | None = None) -> torch.Tensor: ...
 
     def mark_stopped(self, rows: torch.Tensor) -> None: ...
 

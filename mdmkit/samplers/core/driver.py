@@ -27,7 +27,7 @@ import torch
 from mdmkit.samplers.core.blocks import answer_blocks, enter_blocks
 from mdmkit.samplers.core.counting import CountedNetwork, ForwardCounter, whole_counter
 from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
-from mdmkit.samplers.core.protocol import Canvas, Sampled, settle_stopped
+from mdmkit.samplers.core.protocol import Canvas, Sampled
 
 EVERY = slice(None)  # every column of the canvas
 
@@ -135,5 +135,11 @@ class Batch:
 
     def settle(self, rows: torch.Tensor, settled: torch.Tensor | None = None) -> None:
         """Settle `rows` (see `end`) after a step counted by the sampler's own walk."""
-        settle_stopped(self.network, self.canvas, self.x if settled is None else settled, self.answer, rows,
-                       self.active, self.stop_early)
+        stop = self.canvas.stop
+        if stop is None:
+            return
+        canvas = self.x if settled is None else settled
+        done = rows[stop.met(canvas[rows], self.answer[rows], self.canvas.mask_id)]
+        self.network.mark_stopped(done)
+        if self.stop_early:
+            self.active[done] = False

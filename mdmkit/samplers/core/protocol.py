@@ -15,7 +15,7 @@ import torch
 
 from mdmkit.core.config import Validated
 from mdmkit.core.stopping import Stop
-from mdmkit.samplers.core.counting import CountedNetwork, ForwardCounter
+from mdmkit.samplers.core.counting import ForwardCounter
 
 
 @dataclass
@@ -41,18 +41,6 @@ class Canvas:
     generator: torch.Generator | None = None  # the only source of randomness
     attention_mask: torch.Tensor | None = None  # [B, L], True = a real token: hides left padding
     stop: Stop | None = None  # generate_until: rows end at a settled stop sequence
-
-
-def settle_stopped(network: CountedNetwork, canvas: Canvas, x: torch.Tensor, answer: torch.Tensor,
-                   rows: torch.Tensor, active: torch.Tensor, stop_early: bool) -> None:
-    """After a step of `rows` of the state `x`: note the NFE of the rows whose stop sequence is now settled
-    and, with `stop_early`, take them out of `active` (the rows that keep being sampled)."""
-    if canvas.stop is None:
-        return
-    done = rows[canvas.stop.met(x[rows], answer[rows], canvas.mask_id)]
-    network.mark_stopped(done)
-    if stop_early:
-        active[done] = False
 
 
 @dataclass
