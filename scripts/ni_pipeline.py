@@ -41,6 +41,7 @@ from mdmkit.io.indicator import load_indicator
 from mdmkit.models.denoiser import without_mask
 from mdmkit.models.indicator import IndicatorScorer, num_parameters
 from mdmkit.training.indicator.train import run_indicator_training
+from mdmkit.training.preflight import plan_training
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,7 +71,7 @@ def train(args: argparse.Namespace) -> tuple[Path, str]:
         overrides.append(f"trajectories.checkpoint={args.checkpoint}")
     with initialize_config_module("mdmkit.conf", version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, *args.overrides])
-    summary = run_indicator_training(cfg, args.out)
+    summary = run_indicator_training(plan_training(cfg), args.out)
     print(f"indicator: {summary['global_step']} steps in {summary['train_time_s']:.0f} s")
     return args.out / "indicator.pt", cfg.trajectories.checkpoint
 

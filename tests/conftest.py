@@ -123,10 +123,12 @@ def causal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Sudoku model trained for one step (`fast_dev_run`), saved once per session: tests only read it."""
+    from mdmkit.training.preflight import plan_training
     from mdmkit.training.train import run_training
 
     out = tmp_path_factory.mktemp("tiny-model")
-    run_training(compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"]), out)
+    cfg = compose_config("train", [*TINY, "trainer.fast_dev_run=true", f"results_file={out}/train.jsonl"])
+    run_training(plan_training(cfg), out)
     return out / "model.pt"
 
 

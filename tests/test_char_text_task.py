@@ -15,6 +15,7 @@ from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.runner import sample_split
 from mdmkit.samplers.rules.speculative import WindowSampler
 from mdmkit.tasks.chars import ALPHABET, CharTextTask, normalize, unigram_entropy, words
+from mdmkit.training.preflight import plan_training
 from mdmkit.training.train import run_training
 
 DOCS = [doc for i in range(40) for doc in (
@@ -119,7 +120,7 @@ def test_text_experiments_train_and_report_spelling(tmp_path: Path, data_dir: Pa
     config = compose_config("train", [*tiny, f"experiment={experiment}", *model, f"task.data_dir={data_dir}",
                                       "task.length=16", "eval_limit=8",
                                       f"results_file={tmp_path}/rows.jsonl"])
-    summary = run_training(config, tmp_path / "run")
+    summary = run_training(plan_training(config), tmp_path / "run")
     assert summary["global_step"] == 4 and summary["n"] == 8
     spelling = summary["spelling_accuracy"]
     assert (spelling is None) == (summary["words"] == 0) and (spelling is None or 0.0 <= spelling <= 1.0)

@@ -257,6 +257,7 @@ def test_a_sampler_that_reads_the_logits_otherwise_than_they_were_trained_is_ref
     """NTP-trained logits predict the next position, MDM logits their own: crossing them gave silent garbage."""
     from mdmkit.core.errors import CapabilityError
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.training.preflight import plan_training
     from mdmkit.training.train import run_training
 
     cfg = compose_config("evaluate", [f"ckpt={ROOT}/checkpoints/arithmetic_mdm.pt", "sampler=ntp", "limit=4",
@@ -264,4 +265,4 @@ def test_a_sampler_that_reads_the_logits_otherwise_than_they_were_trained_is_ref
     with pytest.raises(CapabilityError, match="trained as a masked diffusion model: sampler NTPDecoder"):
         run_evaluation(cfg, tmp_path)
     with pytest.raises(CapabilityError, match="trained for next-token prediction .*not TopKSampler"):
-        run_training(compose_config("train", [*TINY, "objective=ntp", "sampler=topk"]), tmp_path / "run")
+        run_training(plan_training(compose_config("train", [*TINY, "objective=ntp", "sampler=topk"])), tmp_path / "run")

@@ -366,6 +366,7 @@ def test_trajectories_are_sharded_resumable_and_those_of_the_sampler(tiny_base: 
 
 def train_indicator(base: Path, out: Path, *overrides: str) -> dict:
     from mdmkit.training.indicator.train import run_indicator_training
+    from mdmkit.training.preflight import plan_training
 
     cfg = compose_config("train", [
         "experiment=sudoku_indicator", *TINY, f"trajectories.checkpoint={base}", "trajectories.n_examples=24",
@@ -374,7 +375,7 @@ def train_indicator(base: Path, out: Path, *overrides: str) -> dict:
         "trainer.val_check_interval=3", "trainer.log_every_n_steps=1", "eval_limit=8", "indicator.width=8",
         "sampler.epsilon=0.5", f"results_file={out}/results.jsonl", *overrides,
     ])
-    return run_indicator_training(cfg, out)
+    return run_indicator_training(plan_training(cfg), out)
 
 
 def test_indicator_training_runs_end_to_end_and_its_checkpoint_samples(tiny_base: Path, tmp_path: Path):

@@ -62,11 +62,12 @@ def test_training_progress_lines_give_step_loss_rate_and_time_left(capsys: pytes
 
 def test_training_and_sampling_write_progress_lines_when_the_output_is_a_file(tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture) -> None:
+    from mdmkit.training.preflight import plan_training
     from mdmkit.training.train import run_training
 
-    run_training(compose_config("train", [*TINY, "trainer.max_steps=3", "trainer.enable_progress_bar=true",
-                                          f"results_file={tmp_path}/rows.jsonl"]),
-                 tmp_path)
+    cfg = compose_config("train", [*TINY, "trainer.max_steps=3", "trainer.enable_progress_bar=true",
+                                   f"results_file={tmp_path}/rows.jsonl"])
+    run_training(plan_training(cfg), tmp_path)
     captured = capsys.readouterr()  # pytest's capture: not a terminal, as under nohup or SLURM
     assert "step 3/3 | loss " in captured.out and "\r" not in captured.out
     assert "sampling: 100%" in captured.err and "forwards]" in captured.err and "\r" not in captured.err

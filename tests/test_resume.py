@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.training.datamodule import step_indexed_loader
 from mdmkit.training.optim import OptimConfig
+from mdmkit.training.preflight import plan_training
 from mdmkit.training.resume import ResumePlan, plan_resume, wandb_run_id
 from mdmkit.training.train import run_training
 
@@ -25,7 +26,7 @@ FAST = [*TINY, "trainer.val_check_interval=100", "evaluate_after_training=false"
 
 def _train(path: Path, *overrides: str) -> dict:
     cfg = compose_config("train", [*FAST, f"results_file={path}/results.jsonl", *overrides])
-    return run_training(cfg, path)
+    return run_training(plan_training(cfg), path)
 
 
 def _steps(metrics: Path, column: str) -> list[int]:

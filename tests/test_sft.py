@@ -254,12 +254,13 @@ def held_out_loss(model_dir: Path, kind: str, made, normalize: str) -> float:
 @pytest.mark.parametrize("kind", ["llada", "dream"])
 def test_a_short_run_learns_gsm8k_pairs_and_saves_a_hub_checkpoint(model_dirs, pairs_file, kind, tmp_path) -> None:
     """Full fine-tuning, in process: the held-out loss falls; model/ holds the hub's tensor names and reloads."""
+    from mdmkit.training.preflight import plan_training
     from mdmkit.training.sft.train import run_sft
 
     cfg = compose_config("train", [f"experiment={kind}_sft", *sft_overrides(
         model_dirs[kind], pairs_file, tmp_path, "trainer.max_steps=30", "trainer.val_check_interval=15",
         "optim.lr=0.003", "evaluate_after_training=false", "save_dtype=float32")])
-    run_sft(cfg, tmp_path)
+    run_sft(plan_training(cfg), tmp_path)
     saved = tmp_path / "model"
     from safetensors import safe_open
 

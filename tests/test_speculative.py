@@ -23,6 +23,7 @@ from mdmkit.objectives.masked_diffusion import MaskedDiffusionLoss
 from mdmkit.objectives.speculative import SpeculativeLoss, random_order
 from mdmkit.samplers import ForwardCounter
 from mdmkit.samplers.rules.speculative import SpeculativeSampler, WindowSampler, accept, residual, window_size
+from mdmkit.training.preflight import plan_training
 from mdmkit.training.train import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -412,7 +413,7 @@ def test_config_files_build_and_misuse_is_refused() -> None:
 def _train(path: Path, *overrides: str) -> dict:
     tiny = [o for o in TINY if not o.startswith("model=")]
     config = compose_config("train", [*tiny, f"results_file={path}/results.jsonl", *overrides])
-    return run_training(config, path)
+    return run_training(plan_training(config), path)
 
 
 def test_training_a_hybrid_and_a_causal_head_on_a_frozen_mdm(tmp_path: Path) -> None:

@@ -15,12 +15,13 @@ from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.training.module import MDMModule
+from mdmkit.training.preflight import plan_training
 from mdmkit.training.train import run_training
 
 
 def train(tmp_path: Path, *overrides: str) -> dict:
     cfg = compose_config("train", [*TINY, f"results_file={tmp_path}/results.jsonl", *overrides])
-    return run_training(cfg, tmp_path)
+    return run_training(plan_training(cfg), tmp_path)
 
 
 def test_fast_dev_run_trains_one_step_and_writes_a_model(tmp_path: Path) -> None:

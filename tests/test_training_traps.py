@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY, compose_config, load_script, run_cli
 
 from mdmkit.core.errors import ConfigError
+from mdmkit.training.preflight import plan_training
 from mdmkit.training.train import run_training
 
 FAST = [*TINY, "trainer.val_check_interval=100"]
@@ -19,7 +20,7 @@ FAST = [*TINY, "trainer.val_check_interval=100"]
 def test_training_report_takes_a_relative_run_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.log_every_n_steps=1", "eval_limit=4",
                                    f"results_file={tmp_path}/results.jsonl"])
-    run_training(cfg, tmp_path / "run")
+    run_training(plan_training(cfg), tmp_path / "run")
     report = load_script("training_report")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.md").write_text("**What the curve shows.**\n")
@@ -40,9 +41,10 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
              (run / "leg1", [f"init_from={run}/model.pt", "trainer.max_steps=6",
                              f"ckpt_path={run}/leg1/checkpoints/last.ckpt"]))
     for leg, extra in calls:
-        run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.val_check_interval=2",
-                                              "trainer.log_every_n_steps=1", "eval_limit=4",
-                                              f"results_file={leg}/results.jsonl", *extra]), leg)
+        cfg = compose_config("train", [*FAST, "trainer.max_steps=2", "trainer.val_check_interval=2",
+                                       "trainer.log_every_n_steps=1", "eval_limit=4",
+                                       f"results_file={leg}/results.jsonl", *extra])
+        run_training(plan_training(cfg), leg)
     report = load_script("training_report")
     # the first leg's record also in the results file (as after `cat run/results.jsonl >> report.jsonl`): one call
     (tmp_path / "report.jsonl").write_text((run / "results.jsonl").read_text())
@@ -67,8 +69,8 @@ def test_training_report_joins_the_legs_of_a_chained_run(tmp_path: Path, monkeyp
 def test_training_report_counts_calls_stopped_before_their_record_and_writes_beside_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
-    run_training(compose_config("train", [*FAST, "trainer.max_steps=2", "eval_limit=4",
-                                          f"results_file={run}/results.jsonl"]), run)
+    run_training(plan_training(compose_config("train", [*FAST, "trainer.max_steps=2", "eval_limit=4",
+                                                        f"results_file={run}/results.jsonl"])), run)
     with (run / "calls.jsonl").open("a") as calls:  # a call a time limit stopped: last.ckpt, but no train record
         calls.write(json.dumps({"seconds": 600.0, "global_step": 1}) + "\n")
     report = load_script("training_report")
@@ -83,7 +85,7 @@ def test_training_report_counts_calls_stopped_before_their_record_and_writes_bes
 
 def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"trainer: max_steps=0 must be an integer >= 1"):
-        run_training(compose_config("train", [*FAST, "trainer.max_steps=0"]), tmp_path)
+        run_training(plan_training(compose_config("train", [*FAST, "trainer.max_steps=0"])), tmp_path)
     assert not (tmp_path / "checkpoints").exists()
 
 
@@ -131,5 +133,5 @@ def test_a_job_prints_no_adverts_and_one_wandb_line(tmp_path: Path, monkeypatch:
 ])
 def test_time_limit_and_anneal_by_mistakes_stop_before_training(tmp_path: Path, override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        run_training(compose_config("train", [*FAST, override]), tmp_path)
+        run_training(plan_training(compose_config("train", [*FAST, override])), tmp_path)
     assert not (tmp_path / "checkpoints").exists()

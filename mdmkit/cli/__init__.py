@@ -20,7 +20,6 @@ from omegaconf import DictConfig
 from mdmkit.cli import harness
 from mdmkit.cli.overrides import check_known_keys, check_sweep_overrides, check_task_named, task_fields
 from mdmkit.cli.process import command_line, contained, refused_in_one_line, set_up_process
-from mdmkit.core.config import to_container
 from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
 
 _CONFIGS = "pkg://mdmkit.conf"
@@ -30,52 +29,44 @@ def train() -> None:
     """`train.py [key=value ...]`. With `ckpt_path=<run directory or a checkpoint in its checkpoints/>` the run
     goes on in its directory with its saved config, the overrides given now on top (see training/resume.py)."""
     set_up_process()
-    plan = refused_in_one_line(plan_resume)
-    if plan is None:
+    resume = refused_in_one_line(plan_resume)
+    if resume is None:
         refused_in_one_line(lambda argv: check_known_keys("train", argv))
 
     @hydra.main(version_base="1.3", config_path=_CONFIGS, config_name="train")
     def job(cfg: DictConfig) -> None:
-        _train(cfg, plan)
+        _train(cfg, resume)
 
-    if plan is None:
+    if resume is None:
         job()
     else:
-        with command_line(plan.argv):  # the run's own overrides, today's on top, its directory
+        with command_line(resume.argv):  # the run's own overrides, today's on top, its directory
             job()
 
 
-def _resumed(cfg: DictConfig, plan: ResumePlan) -> tuple[DictConfig, Callable[[], None] | None]:
+def _resumed(cfg: DictConfig, resume: ResumePlan) -> tuple[DictConfig, Callable[[], None] | None]:
     """The resumed run's config, and what records it in its directory once training starts (rank 0)."""
     from hydra import compose
 
-    config = plan.config(cfg, lambda overrides: compose(config_name="train", overrides=overrides))
+    config = resume.config(cfg, lambda overrides: compose(config_name="train", overrides=overrides))
     hydra_node = HydraConfig.get()
-    return config, (lambda: plan.record(config, hydra_node)) if is_rank_zero() else None
+    return config, (lambda: resume.record(config, hydra_node)) if is_rank_zero() else None
 
 
-def _train(cfg: DictConfig, plan: ResumePlan | None) -> None:
-    # checks, then heavy imports: a bad value stops before Lightning loads (seconds)
-    from mdmkit.training.preflight import check_components, check_run
+def _train(cfg: DictConfig, resume: ResumePlan | None) -> None:
+    # the plan (every check), then heavy imports: a bad value stops before Lightning loads (seconds)
+    from mdmkit.training.preflight import plan_training
 
     with contained():
-        cfg, on_start = _resumed(cfg, plan) if plan is not None else (cfg, None)
-        check_run(cfg)
-        if cfg.get("indicator") is not None or cfg.get("evaluate_after_training", True):
-            from mdmkit.core.devices import resolve_device
-
-            resolve_device(cfg.device)  # device=cuda without CUDA: one line now, not after training
-        if cfg.get("indicator") is not None:  # experiment=*_indicator: an NI indicator on a frozen base MDM
+        cfg, on_start = _resumed(cfg, resume) if resume is not None else (cfg, None)
+        plan = plan_training(cfg)
+        if plan.kind == "indicator":
             from mdmkit.training.indicator.train import run_indicator_training as run
-        elif cfg.get("sft") is not None:  # experiment=*_sft: fine-tune a pretrained diffusion LLM
-            from mdmkit.training.sft.config import check_sft_components
-
-            check_sft_components(to_container(cfg))
+        elif plan.kind == "sft":
             from mdmkit.training.sft.train import run_sft as run
         else:
-            check_components(to_container(cfg))
             from mdmkit.training.train import run_training as run
-        run(cfg, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)
+        run(plan, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)
 
 
 def evaluate() -> None:

@@ -1,55 +1,100 @@
-"""Checks of a training config that run before Lightning is imported: a bad value stops at once.
+"""A training run's plan: its config read once and checked before Lightning is imported (a bad value stops at once).
 
-`check_run` needs nothing heavy; `check_components` builds every configured part that needs no weights (task,
-model spec, objective, optimizer, samplers), which imports torch but still not Lightning.
+`plan_training` makes the `TrainingPlan` the run functions take. `check_run` needs nothing heavy;
+`check_components` builds every configured part that needs no weights (task, model spec, objective, optimizer,
+samplers), which imports torch but still not Lightning.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, duration_seconds, require
+from mdmkit.core.config import build, duration_seconds, require, to_container
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
 from mdmkit.training.run_config import DataConfig, RunConfig
 
+if TYPE_CHECKING:
+    from mdmkit.training.sft.config import SFTConfig
 
-def check_run(cfg: DictConfig) -> RunConfig:
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What a training run is, read once. `kind` picks the run: an MDM ("mdm"), an NI indicator on a frozen base
+    MDM ("indicator", experiment=*_indicator) or the fine-tuning of a pretrained diffusion LLM ("sft",
+    experiment=*_sft). `config` is the resolved config, as checkpoints keep it and result rows record it; the
+    parts it names are built from it where they are used. `run`, `data` and a fine-tuning run's `sft` are its
+    settings, typed and checked."""
+
+    kind: Literal["mdm", "indicator", "sft"]
+    config: dict[str, Any]
+    run: RunConfig
+    data: DataConfig
+    sft: SFTConfig | None = None
+
+    @property
+    def trainer(self) -> dict[str, Any]:
+        """The Lightning Trainer's node (conf/trainer/)."""
+        return self.config.get("trainer") or {}
+
+
+def plan_training(cfg: DictConfig) -> TrainingPlan:
+    """The plan of the run `cfg` configures, after every check that needs no weights (one line each)."""
+    config = to_container(cfg)
+    run, data = check_run(config)
+    indicator = config.get("indicator") is not None
+    if indicator or run.evaluate_after_training:
+        from mdmkit.core.devices import resolve_device
+
+        resolve_device(run.device)  # device=cuda without CUDA: one line now, not after training
+    if indicator:
+        return TrainingPlan("indicator", config, run, data)
+    if config.get("sft") is not None:
+        from mdmkit.training.sft.config import check_sft_components
+
+        return TrainingPlan("sft", config, run, data, check_sft_components(config))
+    check_components(config)
+    return TrainingPlan("mdm", config, run, data)
+
+
+def check_run(cfg: DictConfig | dict[str, Any]) -> tuple[RunConfig, DataConfig]:
     """Values every training run shares (files it starts from, step counts, the run and data settings): the run
-    settings, checked."""
-    run = RunConfig.from_config(cfg)
+    and data settings, checked."""
+    config = to_container(cfg)
+    run = RunConfig.from_config(config)
     for option in ("ckpt_path", "init_from") if run.ckpt_path is None else ("ckpt_path",):
         path = getattr(run, option)  # a resume restores its weights: the model it was fine-tuned from may be gone
         if path is not None and Path(path).expanduser().is_dir():  # a run directory resumes outside a multirun
             raise CheckpointError(f"{option}={path} is a directory: name a checkpoint file in it")
         if path is not None and not Path(path).expanduser().is_file():
             raise CheckpointError(f"{option} not found: {path}")
-    trainer = cfg.get("trainer") or {}
+    trainer = config.get("trainer") or {}
     steps = trainer.get("max_steps")
     if not trainer.get("fast_dev_run"):
         require(isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1,
                 f"trainer: max_steps={steps} must be an integer >= 1 (the steps to train, and the length of the "
                 "learning-rate schedule)")
     max_time = trainer.get("max_time")
-    require(max_time is None or isinstance(max_time, (dict, DictConfig))
-            or duration_seconds(max_time) is not None,
+    require(max_time is None or isinstance(max_time, dict) or duration_seconds(max_time) is not None,
             f"trainer: max_time={max_time} must be \"DD:HH:MM:SS\" (e.g. '00:00:09:30') or a dict of timedelta units")
-    anneal_by = (cfg.get("optim") or {}).get("anneal_by")
+    anneal_by = (config.get("optim") or {}).get("anneal_by")
     require(anneal_by != "max_time" or max_time is not None,
             "optim.anneal_by=max_time needs trainer.max_time (the time the decay ends by)")
-    data = DataConfig.from_config(cfg.data)
-    require(not (data.augment and cfg.get("indicator") is not None),
+    data = DataConfig.from_config(config["data"])
+    require(not (data.augment and config.get("indicator") is not None),
             "data.augment=true: an indicator trains on recorded trajectories, which it cannot augment")
     if run.evaluate_after_training:
         check_writable(run.results_file)  # the row of the test evaluation comes after all of training
-    return run
+    return run, data
 
 
 def check_components(config: dict[str, Any]) -> None:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
+    from mdmkit.evaluation.generation import check_trained_for
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
 
@@ -66,5 +111,6 @@ def check_components(config: dict[str, Any]) -> None:
             "model.freeze_noncausal=true trains the causal head on a frozen trunk: give the trained MDM to start "
             "from (init_from=<mdm.pt>), else the trunk stays random")
     build(config["optim"], "optim")
-    build_sampler(config["sampler"])  # before val_sampler, which is ${sampler} unless set: name what was typed
+    sampler = build_sampler(config["sampler"])  # before val_sampler (${sampler} unless set): name what was typed
     build(config["val_sampler"], "val_sampler")
+    check_trained_for(str(config["objective"].get("_target_", "")), sampler)  # a sampler of the objective's kind

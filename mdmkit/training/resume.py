@@ -224,7 +224,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return lines
 
 
-def require_resumable(step: int, max_steps: int, checkpoint: Path) -> None:
+def require_resumable(step: int, max_steps: int, checkpoint: str | Path) -> None:
     """A resume that would train nothing is a mistake, not a no-op."""
     if step >= max_steps:
         raise ConfigError(f"ckpt_path={checkpoint} is at step {step} and trainer.max_steps={max_steps}: "

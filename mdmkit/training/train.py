@@ -12,14 +12,12 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig
 
-from mdmkit.core.config import build, duration_seconds, to_container
+from mdmkit.core.config import build, duration_seconds
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.progress import on_terminal
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
-from mdmkit.evaluation.generation import check_trained_for
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import chosen_preset
 from mdmkit.io.checkpoint import (
@@ -42,19 +40,19 @@ from mdmkit.training.callbacks import (
 )
 from mdmkit.training.datamodule import PuzzleDataModule
 from mdmkit.training.module import MDMModule
-from mdmkit.training.preflight import check_run
+from mdmkit.training.preflight import TrainingPlan
 from mdmkit.training.resume import require_resumable, wandb_run_id
 from mdmkit.training.run_config import DataConfig, RunConfig
 
 
-def _loggers(cfg: DictConfig, output_dir: Path) -> list[Any]:
+def _loggers(plan: TrainingPlan, output_dir: Path) -> list[Any]:
     loggers = []
-    for name, node in (cfg.get("logger") or {}).items():
+    for name, node in (plan.config.get("logger") or {}).items():
         if node is None:
             continue
         options: dict[str, Any] = {"save_dir": str(output_dir)}
         wandb = str(node.get("_target_", "")).endswith("WandbLogger")
-        if wandb and cfg.ckpt_path is not None and node.get("id") is None and (run_id := wandb_run_id(output_dir)):
+        if wandb and plan.run.ckpt_path is not None and node.get("id") is None and (run_id := wandb_run_id(output_dir)):
             options["id"] = run_id  # a resumed run goes on in the same wandb run
         logger = build(node, f"logger.{name}", **options)
         if wandb:  # Lightning passes `anonymous`, which wandb warns is deprecated on every run
@@ -79,28 +77,27 @@ def _finish_wandb() -> None:
     wandb.finish()
 
 
-def prepare_run(cfg: DictConfig) -> RunConfig:
-    """Checks every training run shares, then seeds it: a bad value stops before anything is built."""
-    run = check_run(cfg)
+def seed_run(run: RunConfig) -> None:
+    """Seed everything a training run draws from, before anything is built."""
     L.seed_everything(run.seed, workers=True, verbose=False)
-    return run
 
 
-def check_resume(cfg: DictConfig, module: L.LightningModule) -> None:
+def check_resume(plan: TrainingPlan, module: L.LightningModule) -> None:
     """`ckpt_path` must hold this network (else one line naming the config fields that differ) and be short of
     `trainer.max_steps` (a resume that trains nothing is a mistake)."""
-    if cfg.ckpt_path is None:
+    path = plan.run.ckpt_path
+    if path is None:
         return
-    checkpoint = read_lightning_checkpoint(cfg.ckpt_path)
+    checkpoint = read_lightning_checkpoint(path)
     expected = module.state_dict()
     if hasattr(module, "checkpointed"):  # a module whose checkpoints leave out what it rebuilds (a frozen base)
         expected = module.checkpointed(expected)
     mismatch = shape_mismatch(expected, checkpoint["state_dict"])
     if mismatch is not None:
         saved = checkpoint.get("hyper_parameters", {}).get("config", {})
-        raise architecture_error("ckpt_path", cfg.ckpt_path, saved, getattr(module, "config", {}), mismatch)
-    if not cfg.trainer.get("fast_dev_run"):
-        require_resumable(checkpoint["global_step"], cfg.trainer.max_steps, cfg.ckpt_path)
+        raise architecture_error("ckpt_path", path, saved, getattr(module, "config", {}), mismatch)
+    if not plan.trainer.get("fast_dev_run"):
+        require_resumable(checkpoint["global_step"], plan.trainer["max_steps"], path)
 
 
 def start_from(module: MDMModule, path: str) -> None:
@@ -114,46 +111,47 @@ def start_from(module: MDMModule, path: str) -> None:
         raise architecture_error("init_from", path, trained.config, module.config, lines[-1]) from None
 
 
-def _time_limit(cfg: DictConfig) -> list[Callback]:
+def _time_limit(plan: TrainingPlan) -> list[Callback]:
     """`trainer.max_time` as a limit on this call (a resumed run gets it afresh), and the decay it may end (or
     `optim.anneal_time`, a span over the run's calls)."""
-    max_time = cfg.trainer.get("max_time")
+    max_time = plan.trainer.get("max_time")
     if max_time is None:
         return []
-    timer = CallTimer(duration=to_container(max_time) if isinstance(max_time, DictConfig) else max_time)
-    optim = cfg.get("optim") or {}
+    timer = CallTimer(duration=max_time)
+    optim = plan.config.get("optim") or {}
     if optim.get("anneal_by") != "max_time":
         return [timer]
     span = optim.get("anneal_time")
     return [timer, AnnealByTime(timer, None if span is None else duration_seconds(span))]
 
 
-def fit(cfg: DictConfig, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
+def fit(plan: TrainingPlan, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
         banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
     """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
     the trainer and the seconds."""
-    check_resume(cfg, module)
+    check_resume(plan, module)
     if on_start is not None:
         on_start()
-    interval = cfg.trainer.get("val_check_interval")
-    checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=cfg.checkpoint_every is not None,
-                                 every=cfg.checkpoint_every or (interval if isinstance(interval, int) else None))
+    interval = plan.trainer.get("val_check_interval")
+    every = plan.run.checkpoint_every
+    checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=every is not None,
+                                 every=every or (interval if isinstance(interval, int) else None))
     callbacks: list[Callback] = [LogAtGlobalStep(), checkpoints]
-    shown = cfg.trainer.get("enable_progress_bar", True)
+    shown = plan.trainer.get("enable_progress_bar", True)
     if shown:
         callbacks.append(progress_callback())
     try:
-        loggers = _loggers(cfg, output_dir)
+        loggers = _loggers(plan, output_dir)
         if loggers:  # logger=none: Lightning refuses a learning-rate monitor with nothing to write to
             callbacks += [LearningRateMonitor(logging_interval="step"), StepRate()]
-        callbacks += _time_limit(cfg)
-        trainer = build(cfg.trainer, "trainer", logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
+        callbacks += _time_limit(plan)
+        trainer = build(plan.trainer, "trainer", logger=loggers, callbacks=callbacks, default_root_dir=str(output_dir),
                         max_time=None, enable_progress_bar=shown and on_terminal(sys.stdout))  # else lines
         head, *rest = banner.split("\n")
         print("\n".join([f"{head} | output: {output_dir}", *rest]))
         started = time.perf_counter()
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=plan.run.ckpt_path)
         except (KeyboardInterrupt, SystemExit):  # Lightning exits on Ctrl-C and SIGTERM after saving last.ckpt
             if trainer.interrupted and trainer.is_global_zero and checkpoints.saved_step:
                 print(f"interrupted at step {trainer.global_step}; last.ckpt holds step {checkpoints.saved_step}; "
@@ -189,26 +187,24 @@ def costs(task: PuzzleTask, run: RunConfig, data: DataConfig, steps: int | None,
     return lines
 
 
-def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+def run_training(plan: TrainingPlan, output_dir: Path,
+                 on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
-    config = to_container(cfg)
-    run = prepare_run(cfg)
-    data = DataConfig.from_config(cfg.data)
+    config, run, data = plan.config, plan.run, plan.data
+    seed_run(run)
     module = MDMModule(config)
     if run.init_from is not None and run.ckpt_path is None:  # a resume restores its own weights
         start_from(module, run.init_from)
-    # checked now: a bad value, or a sampler of the other kind than the objective, must not wait for the end
-    check_trained_for(str(cfg.objective.get("_target_", "")), build_sampler(to_container(cfg.sampler)))
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, run.seed,
                                   data.augment, data.workers)
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
-    evaluation = {"kind": "train", "sampler": to_container(cfg.sampler), "preset": chosen_preset()}
+    evaluation = {"kind": "train", "sampler": config["sampler"], "preset": chosen_preset()}
     evaluation["family"] = derive_family(evaluation)
-    steps = None if cfg.trainer.get("fast_dev_run") else cfg.trainer.max_steps
+    steps = None if plan.trainer.get("fast_dev_run") else plan.trainer["max_steps"]
     banner = "\n".join([banner, *costs(module.task, run, data, steps, row_label(evaluation))])
-    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
+    trainer, train_time = fit(plan, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
         return summary
@@ -218,7 +214,7 @@ def run_training(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None]
     if run.evaluate_after_training and not trainer.fast_dev_run:
         network = module.network.to(resolve_device(run.device))
         with module.ema.swapped_in(network):
-            sampler = build_sampler(to_container(cfg.sampler), network)
+            sampler = build_sampler(config["sampler"], network)
             result = evaluate_test_split(network, module.task, sampler, run.eval_limit, data.eval_batch_size, run.seed)
         summary.update(result.summary())
         row = {**evaluation, "checkpoint": str(output_dir / "model.pt"), "weights": "ema", "task": module.task.name}

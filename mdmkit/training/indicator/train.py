@@ -11,9 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-from mdmkit.core.config import to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.io.indicator import save_indicator
@@ -21,18 +18,17 @@ from mdmkit.io.results import append_record
 from mdmkit.models.indicator import num_parameters
 from mdmkit.training.indicator.data import TrajectoryDataModule
 from mdmkit.training.indicator.module import IndicatorModule
-from mdmkit.training.run_config import DataConfig
-from mdmkit.training.train import fit, prepare_run
+from mdmkit.training.preflight import TrainingPlan
+from mdmkit.training.train import fit, seed_run
 
 # the frozen base network stays in eval mode on purpose
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 
-def run_indicator_training(cfg: DictConfig, output_dir: Path,
+def run_indicator_training(plan: TrainingPlan, output_dir: Path,
                            on_start: Callable[[], None] | None = None) -> dict[str, Any]:
-    config = to_container(cfg)
-    run = prepare_run(cfg)
-    data = DataConfig.from_config(cfg.data)
+    config, run, data = plan.config, plan.run, plan.data
+    seed_run(run)
     module = IndicatorModule(config)
     datamodule = TrajectoryDataModule(module.trajectories, module.task, data.batch_size, data.eval_batch_size,
                                       data.val_examples, run.seed, data.workers)
@@ -40,7 +36,7 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
     share = size / num_parameters(module.base)
     banner = (f"indicator: {size / 1e3:.1f}k parameters ({share:.3f} of the base network) | "
               f"base: {module.trajectories.checkpoint}")
-    trainer, train_time = fit(cfg, module, datamodule, output_dir, banner, on_start)
+    trainer, train_time = fit(plan, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step, "share": share}
     if trainer.global_rank != 0:
         return summary
@@ -53,7 +49,7 @@ def run_indicator_training(cfg: DictConfig, output_dir: Path,
         result = evaluate_test_split(module.base, module.task, module.sampler, run.eval_limit, data.eval_batch_size,
                                      run.seed)
         summary.update(result.summary())
-        sampler = {**to_container(cfg.sampler), "indicator": str(path)}
+        sampler = {**config["sampler"], "indicator": str(path)}
         append_record(run.results_file, {"kind": "indicator", "checkpoint": module.trajectories.checkpoint,
                                          "indicator": str(path), "task": module.task.name, "sampler": sampler,
                                          **summary, "config": config})

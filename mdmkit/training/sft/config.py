@@ -85,12 +85,15 @@ def sft_objective(config: dict[str, Any], sft: SFTConfig) -> Any:
     return build(node, "objective")
 
 
-def check_sft_components(config: dict[str, Any]) -> None:
-    """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error."""
+def check_sft_components(config: dict[str, Any]) -> SFTConfig:
+    """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error.
+    Returns the run's `sft` settings."""
     from mdmkit.evaluation.resolve import build_sampler
 
-    sft_objective(config, build(config["sft"], "sft"))
+    sft: SFTConfig = build(config["sft"], "sft")
+    sft_objective(config, sft)
     build(config["optim"], "optim")
     build_sampler(config["sampler"])
     if config.get("task") is not None:
         build(config["task"], "task")
+    return sft

@@ -28,11 +28,11 @@ BASE_KEY = "sft_base"  # in a LoRA run's checkpoint: the fingerprint of the froz
 
 
 class SFTModule(L.LightningModule):
-    def __init__(self, config: dict[str, Any], network: DiffusionLM) -> None:
+    def __init__(self, config: dict[str, Any], sft: SFTConfig, network: DiffusionLM) -> None:
         super().__init__()
         self.save_hyperparameters({"config": config})
         self.config = config
-        self.sft: SFTConfig = build(config["sft"], "sft")
+        self.sft = sft
         self.objective = sft_objective(config, self.sft)
         self.optim: OptimConfig = build(config["optim"], "optim")
         self.mask_id = network.mask_id

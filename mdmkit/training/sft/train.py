@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require, to_container
+from mdmkit.core.config import build, require
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.evaluate import format_summary
 from mdmkit.evaluation.generation import TextModel
@@ -26,11 +25,11 @@ from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.export import save_hub_checkpoint
 from mdmkit.models.llm.lora import merged_weights, save_adapter
 from mdmkit.tasks.text import TextTask
-from mdmkit.training.run_config import DataConfig
+from mdmkit.training.preflight import TrainingPlan
 from mdmkit.training.sft.config import SFTConfig
 from mdmkit.training.sft.data import Examples, SFTDataModule, encode, read_pairs, split_examples, task_pairs
 from mdmkit.training.sft.module import NETWORK_PREFIX, SFTModule
-from mdmkit.training.train import fit, prepare_run
+from mdmkit.training.train import fit, seed_run
 
 
 def sft_examples(sft: SFTConfig, tokenizer: Any, task: TextTask | None, val_examples: int) -> tuple[Examples, Examples]:
@@ -71,37 +70,36 @@ def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -
     return "\n".join(lines)
 
 
-def _evaluate(cfg: DictConfig, sft: SFTConfig, network: DiffusionLM, tokenizer: Any, task: TextTask,
+def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenizer: Any, task: TextTask,
               checkpoint: Path, summary: dict[str, Any]) -> None:
     """The run's `sampler` on `task`'s test documents, one row in `results_file`, the generations beside the model."""
-    network = network.to(resolve_device(cfg.device))
-    sampler = build_sampler(to_container(cfg.sampler), network)
+    network = network.to(resolve_device(plan.run.device))
+    sampler = build_sampler(plan.config["sampler"], network)
     model = TextModel(network, tokenizer, network.config.max_positions)
-    result = evaluate_text_task(model, task, sampler, cfg.data.eval_batch_size, cfg.seed,
+    result = evaluate_text_task(model, task, sampler, plan.data.eval_batch_size, plan.run.seed,
                                 checkpoint.parent / "generations.jsonl")
     summary.update(result.summary())
-    row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": to_container(cfg.sampler),
-           "trained": sft.describe(), **summary, "config": to_container(cfg)}
-    append_record(cfg.results_file, row)
+    row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": plan.config["sampler"],
+           "trained": sft.describe(), **summary, "config": plan.config}
+    append_record(plan.run.results_file, row)
     print(f"[{task.name}] fine-tuned model, {len(task.docs('test'))} test documents: "
           f"{format_summary(result.summary())}")
 
 
-def run_sft(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
+def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Fine-tune, save `model/` (and `adapter/`), evaluate; `on_start` runs once every check has passed."""
-    config = to_container(cfg)
-    run = prepare_run(cfg)
-    data = DataConfig.from_config(cfg.data)
-    sft: SFTConfig = build(cfg.sft, "sft")
-    task = build(cfg.task, "task") if cfg.get("task") is not None else None
+    config, run, data, sft = plan.config, plan.run, plan.data, plan.sft
+    assert sft is not None, "a fine-tuning run's plan holds its sft settings (preflight.plan_training)"
+    seed_run(run)
+    task = build(config["task"], "task") if config.get("task") is not None else None
     task = task if isinstance(task, TextTask) else None
     network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
     require(sft.max_length <= network.config.max_positions, f"sft.max_length={sft.max_length} is more than the "
                                                             f"{network.config.max_positions} positions of {sft.model}")
     train, val = sft_examples(sft, tokenizer, task, data.val_examples)
-    module = SFTModule(config, network.train())
+    module = SFTModule(config, sft, network.train())
     datamodule = SFTDataModule(train, val, data.batch_size, data.eval_batch_size, run.seed, data.workers)
-    trainer, seconds = fit(cfg, module, datamodule, output_dir, _banner(module, sft, train, val), on_start)
+    trainer, seconds = fit(plan, module, datamodule, output_dir, _banner(module, sft, train, val), on_start)
     state = trainer.strategy.lightning_module_state_dict()  # every rank: FSDP gathers the shards to rank 0
     summary: dict[str, Any] = {"train_time_s": seconds, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
@@ -117,5 +115,5 @@ def run_sft(cfg: DictConfig, output_dir: Path, on_start: Callable[[], None] | No
     if run.evaluate_after_training and not trainer.fast_dev_run and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
-        _evaluate(cfg, sft, trained, tokenizer, task, checkpoint, summary)
+        _evaluate(plan, sft, trained, tokenizer, task, checkpoint, summary)
     return summary
