@@ -35,8 +35,9 @@ def family_colors(names: Iterable[str]) -> dict[str, Any]:
     black."""
     import matplotlib
 
-    tab10 = matplotlib.colormaps["tab10"].colors
-    hashed = [*matplotlib.colormaps["Dark2"].colors[:7], *matplotlib.colormaps["tab20b"].colors[::4],
+    tab10, dark2, tab20b = (  # ListedColormaps: `colormaps[...]` is typed Colormap, which has no colours
+        matplotlib.colormaps[name].colors for name in ("tab10", "Dark2", "tab20b"))  # type: ignore[attr-defined]
+    hashed = [*dark2[:7], *tab20b[::4],
               *(matplotlib.colors.to_rgb(c) for c in ("#17becf", "#bcbd22", "#000080", "#008b8b", "#4d4d4d"))]
     names = list(names)
     colors: dict[str, Any] = {name: tab10[_KNOWN_FAMILIES.index(name) % len(tab10)]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.conf import HydraConf
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -30,7 +31,7 @@ def _notes() -> Path | None:
     return Path(notes) if notes else None
 
 
-def note_failure(hydra_config: DictConfig, error: BaseException) -> None:
+def note_failure(hydra_config: HydraConf, error: BaseException) -> None:
     """In a multirun's job (`hydra_config` its Hydra node): why it failed, for `FailedJobs` to list."""
     notes = _notes()
     if notes is not None:

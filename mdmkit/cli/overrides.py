@@ -44,7 +44,7 @@ def check_sweep_overrides(cfg: DictConfig, overrides: list[str]) -> None:
     if not cfg.get("sweep"):
         return
     ignored = [o.input_line for o in OverridesParser.create().parse_overrides(overrides)
-               if o.key_or_group.split(".")[0] in ("sampler", "oracle")]
+               if o.key_or_group.split(".")[0] in ("sampler", "oracle") and o.input_line is not None]
     if ignored:
         raise ConfigError(f"sweep={cfg.sweep.get('name', '...')} sets the samplers and oracle of each row; "
                           f"{' '.join(ignored)} would be ignored: drop it, or add it to the sweep's grid")

@@ -146,7 +146,7 @@ def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
 def to_container(node: DictConfig | dict) -> dict[str, Any]:
     """A plain, fully resolved dict (what results files and checkpoints store)."""
     if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a dict, keyed by str here
     return dict(node)
 
 

@@ -18,13 +18,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
 from mdmkit.core.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from hydra.conf import HydraConf
 
 HYDRA_DIR = ".hydra"
 LAST = Path("checkpoints") / "last.ckpt"
@@ -95,7 +98,7 @@ class ResumePlan:
                      for k in sorted(drift) if merged.get(k, _ABSENT) == saved.get(k, _ABSENT)]
         return OmegaConf.create(_nest(merged))
 
-    def record(self, config: DictConfig, hydra: DictConfig) -> None:
+    def record(self, config: DictConfig, hydra: HydraConf) -> None:
         """Once the resume has passed its checks: print what changed, and record the run's new config, overrides
         and hydra node in `.hydra/` of the output directory (in the run's own directory the files before go to
         `.hydra/history/<n>/`). Rank 0 only."""
@@ -105,6 +108,7 @@ class ResumePlan:
         if self.kept:
             print("kept from the run's saved config (conf/ has changed since): " + ", ".join(self.kept))
         node = OmegaConf.to_container(hydra, resolve=False)
+        assert isinstance(node, dict), "a config node"
         hydra_dir = Path(node["runtime"]["output_dir"]) / HYDRA_DIR
         if hydra_dir.resolve() == (self.run_dir / HYDRA_DIR).resolve():
             history = hydra_dir / "history"
