@@ -143,10 +143,10 @@ def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
         raise ConfigError(f"{where}: cannot build {node['_target_']}: {cause}") from None
 
 
-def to_container(node: DictConfig | dict) -> dict[str, Any]:
-    """A plain, fully resolved dict (what results files and checkpoints store)."""
+def to_container(node: DictConfig | dict, resolve: bool = True) -> dict[str, Any]:
+    """A plain dict, fully resolved unless `resolve` is False (what results files and checkpoints store)."""
     if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a dict, keyed by str here
+        return OmegaConf.to_container(node, resolve=resolve)  # type: ignore[return-value]  # a dict, keyed by str here
     return dict(node)
 
 

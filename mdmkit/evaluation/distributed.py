@@ -61,7 +61,7 @@ class Ranks:
         """Rank 0's `value` on every rank (so that all ranks take the same decisions, e.g. what to resume)."""
         if self.world_size == 1:
             return value
-        box = [value if self.main else None]
+        box: list[Any] = [value if self.main else None]  # rank 0's value on every rank, once broadcast
         dist.broadcast_object_list(box, src=0)
         return box[0]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +48,11 @@ class TextModel:
                 return int(candidate)
         return 0
 
-    def mask_id_for(self, sampler: Sampler) -> int:
+    def mask_id_for(self, sampler: Sampler | None) -> int:
         """The id of the positions to fill. A masked model: its mask token. A causal LM decoded by NTP: an id
         past the vocabulary (NTP only runs the settled prefix, so it is never fed, and it is never generated).
         SBD feeds masks to the model: the tokenizer's mask token, the one an SBD fine-tune learnt."""
-        if not self.causal:
+        if not isinstance(self.network, HFCausalLM):
             return self.network.mask_id
         if isinstance(sampler, SBDSampler):
             if self.tokenizer.mask_token_id is None:
@@ -161,7 +162,7 @@ def _causal_canvas(rows: list[list[int]], gen_length: int, mask_id: int, pad_id:
     return canvas.to(device), None, [len(row) for row in rows]
 
 
-def _row_groups(model: TextModel, sampler: Sampler, encoded: list[list[int]]) -> list[list[int]]:
+def _row_groups(model: TextModel, sampler: Sampler, encoded: Sequence[list[int]]) -> list[list[int]]:
     """Rows of a batch that are sampled together: all, except under SBD on a causal LM, whose blocks would run
     past `gen_length` after a shorter prompt of the batch: there, rows of equal prompt length."""
     if not (model.causal and isinstance(sampler, SBDSampler)):

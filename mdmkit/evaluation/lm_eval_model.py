@@ -18,7 +18,7 @@ import inspect
 import json
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # lm-eval's own models first: its registry loads them only while empty, so one holding mdmkit alone has no `hf`
 import lm_eval.models  # noqa: F401
@@ -29,7 +29,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from omegaconf import OmegaConf
 
-from mdmkit.core.config import build, option, require
+from mdmkit.core.config import build, option, require, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import ConfigError
 from mdmkit.core.progress import progress_bar
@@ -38,14 +38,17 @@ from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
 from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
-from mdmkit.models.llm.hf import check_model_source
+from mdmkit.models.llm.hf import HFCausalLM, check_model_source
 from mdmkit.models.llm.registry import model_kind
+
+if TYPE_CHECKING:
+    from lm_eval.api.instance import Instance
 
 _MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length", "adapter"}
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise
 
 
-def sampler_from_args(name: str, overrides: dict[str, Any]):
+def sampler_from_args(name: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The sampler config `conf/sampler/<name>.yaml` with `overrides` applied, built and validated.
 
     A dotted key sets a nested sampler's field (`rule.tau`); a nested sampler given an option name becomes that
@@ -66,8 +69,8 @@ def sampler_from_args(name: str, overrides: dict[str, Any]):
         elif value is None and isinstance(current, str):
             value = "none"
         node[field] = value
-    node = OmegaConf.create(config)
-    return build(node, "sampler"), OmegaConf.to_container(node)
+    built = OmegaConf.create(config)
+    return build(built, "sampler"), to_container(built, resolve=False)
 
 
 def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_size: int | str, gen_length: int,
@@ -160,7 +163,7 @@ class MdmkitLM(LM):
         self._reported = 0
 
     # -- generation ----------------------------------------------------------------------------
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         """Batches requests that share generation settings; each result is cut at its `until` strings and
         carries its NFE (a `Generation`). lm-eval's padding requests (data parallel) reuse their original's."""
         pad = padding(requests)
@@ -175,9 +178,10 @@ class MdmkitLM(LM):
             made = generate(self.model, prompts, self.sampler, settings["max_gen_toks"], settings["until"],
                             batch_size=self.batch_size_per_call, seed=self.seed,
                             progress=not disable_tqdm and self.rank == 0)
+            assert made is not None, "one process's generations"
             for j, i in enumerate(indices):
-                outputs[i] = Generation(made.texts[j], made.nfe[j], made.nfe_to_stop[j])
-                self.nfe_records.append(record(requests[i], outputs[i], self.sampler_config))
+                outputs[i] = answer = Generation(made.texts[j], made.nfe[j], made.nfe_to_stop[j])
+                self.nfe_records.append(record(requests[i], answer, self.sampler_config))
         first = {id(request): i for i, request in reversed(list(enumerate(requests)))}
         for i in (i for i, flag in enumerate(pad) if flag):
             outputs[i] = outputs[first[id(requests[i])]]
@@ -244,7 +248,7 @@ class MdmkitLM(LM):
             dist.barrier()
 
     # -- likelihoods ---------------------------------------------------------------------------
-    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+    def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log p, is_greedy): exact for causal models; for masked ones a Monte-Carlo ELBO, never greedy."""
         tokenizer, network = self.model.tokenizer, self.model.network
         results = []
@@ -258,7 +262,7 @@ class MdmkitLM(LM):
                 tokenizer(continuation, add_special_tokens=False)["input_ids"])
             context_ids, continuation_ids = whole[:split], whole[split:]
             require(len(continuation_ids) > 0, "loglikelihood needs a non-empty continuation")
-            if self.model.causal:
+            if isinstance(network, HFCausalLM):
                 results.append(self._causal_loglikelihood(context_ids, continuation_ids))
             else:
                 score = masked_elbo(network, network.mask_id, context_ids, continuation_ids, self.mc_samples,
@@ -276,7 +280,7 @@ class MdmkitLM(LM):
         greedy = bool((logits.argmax(-1) == target).all())
         return float(logp.gather(-1, target[:, None]).sum()), greedy
 
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
         raise NotImplementedError(
             "mdmkit: loglikelihood_rolling (perplexity tasks) is not implemented: a masked diffusion model has "
             "no left-to-right factorisation to roll over; use generation tasks or loglikelihood (ELBO) tasks")

@@ -12,11 +12,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mdmkit.lm_eval_tasks import predictions_only
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's from Python 3.11
 
 
 class Generation(str):
@@ -27,7 +30,7 @@ class Generation(str):
     nfe: int | None
     nfe_to_stop: int | None
 
-    def __new__(cls, text: str = "", nfe: int | None = None, nfe_to_stop: int | None = None):
+    def __new__(cls, text: str = "", nfe: int | None = None, nfe_to_stop: int | None = None) -> Self:
         made = super().__new__(cls, text)
         made.nfe = None if nfe is None else int(nfe)
         made.nfe_to_stop = None if nfe_to_stop is None else int(nfe_to_stop)
@@ -69,7 +72,9 @@ def attach_nfe(results: dict[str, Any] | None) -> dict[str, Any] | None:
     """`results` of `simple_evaluate` with every logged sample given `mdmkit_nfe` and `mdmkit_nfe_to_stop`: the
     NFE of each of its generations, in the order of `resps` (one entry for a single-generation request). Answers
     beyond a request's `repeats` are lm-eval's padding (data parallel) and are left out."""
-    for task, samples in (results or {}).get("samples", {}).items():
+    if results is None:
+        return None
+    for task, samples in results.get("samples", {}).items():
         repeats = int((results.get("configs", {}).get(task) or {}).get("repeats") or 1)
         for sample in samples:
             made = [answer for answers in sample.get("resps", []) for answer in answers[:repeats]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from omegaconf import DictConfig
 from torch import nn
 
 from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.indicator import load_indicator
-from mdmkit.models.denoiser import require_capabilities
+from mdmkit.models.denoiser import HiddenStateDenoiser, require_capabilities
 from mdmkit.models.indicator import IndicatorScorer
 
 
@@ -34,16 +35,18 @@ def _size(network: nn.Module) -> tuple[int | None, int | None]:
 def _planner(path: Path, network: nn.Module) -> nn.Module:
     planner = TrainedModel(path).network()
     (vocab, length), (base_vocab, base_length) = _size(planner), _size(network)
-    if None not in (vocab, length, base_vocab, base_length) and (vocab != base_vocab or length < base_length):
+    if (vocab is not None and length is not None and base_vocab is not None and base_length is not None
+            and (vocab != base_vocab or length < base_length)):
         raise CheckpointError(f"sampler.planner={path}: a model of another task ({vocab} tokens, {length} "
                               f"positions) than the one evaluated ({base_vocab} tokens, {base_length} positions)")
     return planner.to(_device(network))
 
 
 def _indicator(path: Path, network: nn.Module) -> IndicatorScorer:
+    base = cast(HiddenStateDenoiser, network)  # build_sampler checked it declares hidden_states
     trained = load_indicator(path)
-    trained.check(network)  # an indicator fits only the network it was trained on
-    return IndicatorScorer(trained.indicator.to(_device(network)), network.embed)
+    trained.check(base)  # an indicator fits only the network it was trained on
+    return IndicatorScorer(trained.indicator.to(_device(network)), base.embed)
 
 
 # sampler field -> how its checkpoint becomes what the sampler takes, given the base network
@@ -60,7 +63,7 @@ def checkpoint_fields(config: Mapping[str, Any]) -> dict[str, Path]:
     return paths
 
 
-def build_sampler(config: Mapping[str, Any], network: nn.Module | None = None) -> Any:
+def build_sampler(config: DictConfig | dict[str, Any], network: nn.Module | None = None) -> Any:
     """The sampler of `config`, with its checkpoints loaded for `network` and its needs checked against it.
 
     Without `network` (validating a sweep before the model is loaded) the checkpoints are only checked to

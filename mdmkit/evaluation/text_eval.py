@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -42,17 +42,24 @@ class HFModelConfig(Validated):
                 f"adapter={self.adapter}: no such directory")
 
 
+@runtime_checkable
+class SparseNetwork(Protocol):
+    """A mixture of experts, which runs only its chosen experts for a token."""
+
+    def active_parameters(self) -> int: ...
+
+
 def parameter_counts(network: torch.nn.Module) -> dict[str, int]:
     """The network's parameters in all, and those one token's forward uses (`active_per_token`: a mixture of
     experts runs only its chosen experts; the total for any other network), for compute estimates."""
     total = sum(p.numel() for p in network.parameters())
-    active = network.active_parameters() if hasattr(network, "active_parameters") else total
+    active = network.active_parameters() if isinstance(network, SparseNetwork) else total
     return {"total": int(total), "active_per_token": int(active)}
 
 
 def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> TextModel:
-    options = {"trust_remote_code": config.trust_remote_code, "dtype": config.dtype, "device": device}
-    network, tokenizer = load_model(name_or_path, config.kind, **options)
+    network, tokenizer = load_model(name_or_path, config.kind, trust_remote_code=config.trust_remote_code,
+                                    dtype=config.dtype, device=device)
     if config.adapter is not None:
         load_adapter(network, config.adapter)
     positions = position_limit(network)

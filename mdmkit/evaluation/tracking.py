@@ -41,7 +41,7 @@ def log_rows(rows: list[dict[str, Any]], settings: dict[str, Any] | None, output
                      group=settings.get("group"), name=name, job_type="evaluate",
                      dir=str(output_dir) if output_dir else None, config={"rows": len(rows)})
     try:
-        table = wandb.Table(columns=COLUMNS, data=table_rows(rows))
+        table = wandb.Table(columns=list(COLUMNS), data=table_rows(rows))
         logged = {"results": table,
                   "accuracy_vs_nfe": wandb.plot.scatter(table, "nfe_mean", "accuracy",
                                                         title=f"{name}: accuracy vs NFE")}
