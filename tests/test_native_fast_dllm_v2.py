@@ -20,8 +20,8 @@ from tiny_text_models import sharded_copy
 
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.denoiser import KVCache
-from mdmkit.models.llm.diffusion_lm import DiffusionLM, block_causal_mask
 from mdmkit.models.llm.checkpoints import load_diffusion_lm
+from mdmkit.models.llm.diffusion_lm import DiffusionLM, block_causal_mask
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
 FIXTURE = REFERENCE / "fast_dllm_v2"

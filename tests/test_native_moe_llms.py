@@ -315,8 +315,8 @@ def test_llada_moe_reproduces_llada_generate_with_the_llada_preset() -> None:
 def test_the_real_llada2_mini_config_reads_to_the_model_cards_sizes(tmp_path: Path) -> None:
     # the hub config's sizes on the fixture's config (SOURCE.md): the network on the meta device has the card's
     # 16B parameters, 1.4B of them active per token (embedding and output layer counted)
-    from mdmkit.models.llm.diffusion_lm import DiffusionLM
     from mdmkit.models.llm.checkpoints import read_config
+    from mdmkit.models.llm.diffusion_lm import DiffusionLM
 
     real = {"vocab_size": 157184, "hidden_size": 2048, "num_hidden_layers": 20, "num_attention_heads": 16,
             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5120, "num_experts": 256,

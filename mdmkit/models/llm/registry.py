@@ -19,11 +19,11 @@ from typing import Any, Literal, Protocol
 from torch import nn
 
 from mdmkit.core.errors import ConfigError
+from mdmkit.models.denoiser import AttentionKind
 from mdmkit.models.llm.diffusion_lm import DiffusionLMConfig
 from mdmkit.models.llm.hub_format import Architecture
 
 ENTRY_POINTS = "mdmkit.model_kinds"
-Attention = Literal["bidirectional", "block_causal", "causal"]
 
 
 class Loader(Protocol):
@@ -55,7 +55,7 @@ class ModelKind:
     name: str
     load: Loader
     summary: str
-    attention: Attention = "bidirectional"
+    attention: AttentionKind = "bidirectional"
     decoding: Literal["masked", "causal"] = "masked"
     architecture: Architecture | None = None
     declares: Callable[[Mapping[str, Any]], bool] = _declares_nothing
