@@ -76,19 +76,19 @@ def _stored_shape(slots: list[Slot], shapes: dict[str, tuple[int, ...]]) -> tupl
     first = slots[0]
     if first.rows is not None:
         return (max(slot.rows[1] for slot in slots if slot.rows), *shapes[first.name][1:])
-    return shapes[first.name] if first.index is None else shapes[first.name][1:]
+    return shapes[first.name] if first.expert is None else shapes[first.name][1:]
 
 
 def _place(state: dict[str, torch.Tensor], slots: list[Slot], tensor: torch.Tensor,
            shapes: dict[str, tuple[int, ...]]) -> None:
     for slot in slots:
         part = tensor if slot.rows is None else tensor[slot.rows[0]: slot.rows[1]].contiguous()
-        if slot.index is None:
+        if slot.expert is None:
             state[slot.name] = part
             continue
         if slot.name not in state:  # a stacked parameter, filled one expert at a time
             state[slot.name] = tensor.new_empty(shapes[slot.name])
-        state[slot.name][slot.index] = part
+        state[slot.name][slot.expert] = part
 
 
 def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = torch.float32,

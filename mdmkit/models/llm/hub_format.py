@@ -70,11 +70,11 @@ class ConfigFields:
 
 
 class Slot(NamedTuple):
-    """Where a hub tensor goes: parameter `name`, at `index` of its first axis (one expert of the stacked
+    """Where a hub tensor goes: parameter `name`, at `expert` of its first axis (one expert of the stacked
     [experts, out, in] parameter) and/or its rows [start, stop) (a fused q, k, v); None: the whole."""
 
     name: str
-    index: int | None = None
+    expert: int | None = None
     rows: tuple[int, int] | None = None
 
 

@@ -82,6 +82,7 @@ def names(config: DiffusionLMConfig) -> TensorNames:
     if not config.tie_embeddings:
         names["lm_head.weight"] = "head.weight"
     moe, head_dim = config.moe, config.head_dim
+    assert moe is not None, "a mixture of experts' config has its experts"
     q, kv = config.n_heads * head_dim, config.n_kv_heads * head_dim
     splits = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}
     for i in range(config.n_layers):
@@ -91,7 +92,7 @@ def names(config: DiffusionLMConfig) -> TensorNames:
         if config.qkv_bias:
             fused[f"{hub}attention.query_key_value.bias"] = [Slot(f"{own}attn.{p}.bias", None, rows)
                                                               for p, rows in splits.items()]
-        names.update(fused)  # type: ignore[arg-type]
+        names.update(fused)
         names.update({f"{hub}attention.dense.weight": f"{own}attn.o.weight",
                       f"{hub}input_layernorm.weight": f"{own}attn_norm.weight",
                       f"{hub}post_attention_layernorm.weight": f"{own}mlp_norm.weight"})

@@ -63,6 +63,7 @@ def names(config: DiffusionLMConfig) -> TensorNames:
     if not config.tie_embeddings:
         names["lm_head.weight"] = "head.weight"
     moe = config.moe
+    assert moe is not None, "a mixture of experts' config has its experts"
     for i in range(config.n_layers):
         hub, own = f"model.layers.{i}.", f"blocks.{i}."
         names.update({f"{hub}self_attn.{p}_proj.weight": f"{own}attn.{p}.weight" for p in "qkvo"})
