@@ -12,6 +12,7 @@ from typing import ClassVar
 from mdmkit.core.config import require
 from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import KV_CACHE
+from mdmkit.models.llm.registry import kind_names
 from mdmkit.samplers.core.block_walk import walk_blocks
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
@@ -45,6 +46,7 @@ class BlockDiffusionSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         if not network.block_causal:
-            raise CapabilityError("block diffusion decodes block-causal networks (hf.kind=fast_dllm_v2 | llada2); this "
-                                  "one attends bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
+            kinds = " | ".join(kind_names(lambda kind: kind.attention == "block_causal"))
+            raise CapabilityError(f"block diffusion decodes block-causal networks (hf.kind={kinds}); this one attends "
+                                  "bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
         return walk_blocks(self, network, canvas)
