@@ -26,7 +26,7 @@ from mdmkit.tasks.text import TextTask
 class HFModelConfig(Validated):
     """How `ckpt` (a model directory or hub name) is loaded for a text task."""
 
-    kind: str = "generic"  # a registered model kind (models/llm/kinds/: generic, causal, llada, dream, ...)
+    kind: str = "generic"  # a registered model kind (`mdmkit.models.llm.registry.kind_names()`)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     trust_remote_code: bool = False
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
