@@ -14,7 +14,7 @@ with the same stops, prompt cutting and counting as `evaluate.py task=gsm8k` and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -42,14 +42,15 @@ def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) 
     return build_sampler({**config, **fields}, network)
 
 
-def load_text_model(name_or_path: str, kind: str = "generic", *, dtype: str = "float32", device: str = "cpu",
+def load_text_model(name_or_path: str, kind: str = "generic", *,
+                    dtype: Literal["float32", "float16", "bfloat16"] = "float32", device: str = "cpu",
                     max_length: int | None = None, trust_remote_code: bool = False,
                     adapter: str | None = None) -> TextModel:
     """A Hugging Face model directory or hub name with its tokenizer (`kind`: a registered model kind,
     `mdmkit.models.llm.registry.kind_names()`), as `evaluate.py ckpt=... hf.kind=...` loads it; `adapter`: a LoRA
     adapter directory merged into its weights."""
-    config = HFModelConfig(kind=kind, dtype=dtype, max_length=max_length,  # type: ignore[arg-type]
-                           trust_remote_code=trust_remote_code, adapter=adapter)
+    config = HFModelConfig(kind=kind, dtype=dtype, max_length=max_length, trust_remote_code=trust_remote_code,
+                           adapter=adapter)
     return _load_text_model(name_or_path, config, device)
 
 

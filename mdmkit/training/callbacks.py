@@ -146,7 +146,8 @@ class StepRate(Callback):
         self.validation_began = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        step, now, every = trainer.global_step, time.perf_counter(), trainer.log_every_n_steps
+        step, now = trainer.global_step, time.perf_counter()
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning, undeclared on Trainer
         if every == 0 or (self.window is not None and step - self.window[0] < every):  # 0: Lightning logs nothing
             return
         if self.window is not None:

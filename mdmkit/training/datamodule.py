@@ -12,7 +12,8 @@ from mdmkit.core.seeding import stream_seed
 from mdmkit.tasks.base import PuzzleTask, Split
 
 WORKER_TIMEOUT_S = 300
-Transform = Callable[..., tuple[torch.Tensor, ...]]  # (*columns, generator) -> columns
+Batch = tuple[torch.Tensor | int, ...]  # a batch's columns (a transform may add e.g. the seed of its noise)
+Transform = Callable[..., Batch]  # (*columns, generator) -> batch
 
 
 class StepIndexedBatches(IterableDataset):
@@ -33,7 +34,7 @@ class StepIndexedBatches(IterableDataset):
         self.start_step, self.rank, self.world_size = start_step, rank, world_size
         self.transform = transform
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+    def __iter__(self) -> Iterator[Batch]:
         worker = get_worker_info()
         first, stride = (worker.id, worker.num_workers) if worker is not None else (0, 1)
         step = self.start_step + first
@@ -82,10 +83,12 @@ class PuzzleDataModule(L.LightningDataModule):
             self.splits = self.task.load_splits()
 
     def train_dataloader(self) -> DataLoader:
+        assert self.splits is not None, "after setup"
         train = self.splits["train"]
         return step_indexed_loader(self.trainer, (train.tokens, train.answer_mask), self.batch_size, self.seed,
                                    self.task.augment if self.augment else None, self.workers)
 
     def val_dataloader(self) -> DataLoader:
+        assert self.splits is not None, "after setup"
         val = self.splits["val"].head(self.val_examples)
         return DataLoader(TensorDataset(val.tokens, val.answer_mask), batch_size=self.eval_batch_size)

@@ -6,7 +6,7 @@ checkpoint file only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -20,11 +20,14 @@ from mdmkit.training.ema import EMA
 from mdmkit.training.optim import OptimConfig
 from mdmkit.training.run_config import RunConfig
 
+if TYPE_CHECKING:
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
-def step_generator(module: L.LightningModule, salt: int) -> torch.Generator:
-    """Noise for one step (`salt`) of a run: a function of (seed, step, rank), so a resumed run draws the same."""
-    seed = stream_seed(module.config["seed"], salt, module.global_rank, module.trainer.world_size)
-    return seeded_generator(seed, module.device)
+
+def step_generator(module: L.LightningModule, seed: int, salt: int) -> torch.Generator:
+    """Noise for one step (`salt`) of a run of `seed`: a function of (seed, step, rank), so a resumed run draws the
+    same."""
+    return seeded_generator(stream_seed(seed, salt, module.global_rank, module.trainer.world_size), module.device)
 
 
 def loss_on_progress_bar(module: L.LightningModule) -> bool:
@@ -71,7 +74,7 @@ class MDMModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch
-        generator = step_generator(self, self.global_step)
+        generator = step_generator(self, self.config["seed"], self.global_step)
         loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator)
         self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
@@ -86,19 +89,21 @@ class MDMModule(L.LightningModule):
         tokens, answer_mask = batch
         with self.ema.swapped_in(self.network):
             loss, metrics = self.objective(
-                self.network, tokens, answer_mask, self.task.mask_id, step_generator(self, -1 - batch_idx)
+                self.network, tokens, answer_mask, self.task.mask_id,
+                step_generator(self, self.config["seed"], -1 - batch_idx)
             )
-            split = Split(tokens, answer_mask, keys=None)
+            split = Split(tokens, answer_mask, keys=None)  # type: ignore[arg-type]  # no keys: sample_split reads none
             result = sample_split(self.network, self.task, split, self.val_sampler, batch_size=len(tokens))
+            assert result is not None, "one process's result"
         size = len(tokens)
         self.log("val/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
         self.log("val/masked_acc", metrics["masked_acc"], batch_size=size, sync_dist=True)
         self.log("val/accuracy", result.accuracy, prog_bar=True, batch_size=size, sync_dist=True)
         self.log("val/nfe", float(result.nfe.mean()), batch_size=size, sync_dist=True)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         return self.optim.configure(self.network, self.trainer.max_steps)
 
     def on_train_start(self) -> None:
         # after a resume has loaded the checkpoint's optimizer state: the run's own settings (overrides included)
-        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())
+        self.optim.apply_to(self)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from mdmkit.core.config import Validated, duration_seconds, require
+
+if TYPE_CHECKING:
+    import lightning as L
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
 ANNEAL_BY = ("max_steps", "max_time")  # what ends the cosine decay (OptimConfig.anneal_by)
 
@@ -57,15 +61,19 @@ class OptimConfig(Validated):
         """The weight decay of `adamw`'s two parameter groups: matrices, then biases and norms."""
         return self.weight_decay, 0.0
 
-    def apply_to(self, optimizer: torch.optim.Optimizer, schedule: WarmupCosine) -> None:
-        """Put these settings back into an optimizer and schedule that a resume restored from a checkpoint, whose
-        learning rate, betas and weight decay are the old run's: an override given on resume must take effect."""
+    def apply_to(self, module: L.LightningModule) -> None:
+        """Put these settings back into the optimizer and schedule (those of `configure`) that a resume restored
+        from a checkpoint, whose learning rate, betas and weight decay are the old run's: an override given on
+        resume must take effect."""
+        wrapped, schedule = module.optimizers(), module.lr_schedulers()
+        assert not isinstance(wrapped, list) and isinstance(schedule, WarmupCosine), "the pair `configure` makes"
+        optimizer = wrapped.optimizer
         schedule.base_lrs = [self.lr] * len(optimizer.param_groups)
         factor = schedule.lr_lambdas[0](schedule.last_epoch)
         for group, decay in zip(optimizer.param_groups, self._group_decays(), strict=True):
             group.update(initial_lr=self.lr, lr=self.lr * factor, betas=self.betas, weight_decay=decay)
 
-    def configure(self, network: torch.nn.Module, max_steps: int) -> dict[str, Any]:
+    def configure(self, network: torch.nn.Module, max_steps: int) -> OptimizerLRSchedulerConfig:
         """AdamW and its per-step schedule over `max_steps` (a 100k-step one if <= 0), as a LightningModule's
         `configure_optimizers` returns them."""
         optimizer = self.adamw(network)

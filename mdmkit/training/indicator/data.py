@@ -48,9 +48,11 @@ class TrajectoryDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         data = self.train_data
+        assert data is not None, "after setup"
         return step_indexed_loader(self.trainer, (data.tokens, data.reveal_step, data.steps), self.batch_size,
                                    self.seed, workers=self.workers)
 
     def val_dataloader(self) -> DataLoader:
         val = self.val_data
+        assert val is not None, "after setup"
         return DataLoader(TensorDataset(val.tokens, val.reveal_step, val.steps), batch_size=self.eval_batch_size)

@@ -9,11 +9,12 @@ sampler's output, with how many forwards, beside the oracle floor of those traje
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, BinaryPrecision, BinaryRecall
 
 from mdmkit.core.config import build, require
@@ -29,6 +30,9 @@ from mdmkit.training.indicator.data import Batch
 from mdmkit.training.indicator.trajectories import TrajectoryConfig
 from mdmkit.training.module import loss_on_progress_bar, step_generator
 from mdmkit.training.optim import OptimConfig
+
+if TYPE_CHECKING:
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
 
 class IndicatorModule(L.LightningModule):
@@ -65,7 +69,7 @@ class IndicatorModule(L.LightningModule):
         return (logits[:, 1] - logits[:, 0]) >= self.threshold
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._labelled(batch, step_generator(self, self.global_step))
+        logits, labels = self._labelled(batch, step_generator(self, self.config["seed"], self.global_step))
         loss = F.cross_entropy(logits, labels)
         predicted, positive = self._predicted(logits), labels.bool()
         hits = (predicted & positive).sum()
@@ -79,10 +83,11 @@ class IndicatorModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        logits, labels = self._labelled(batch, step_generator(self, -1 - batch_idx))
+        logits, labels = self._labelled(batch, step_generator(self, self.config["seed"], -1 - batch_idx))
         size = len(batch[0])
         self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True, batch_size=size, sync_dist=True)
         for name, metric in self.val_metrics.items():
+            assert isinstance(metric, Metric), "val_metrics holds metrics"
             metric(self._predicted(logits), labels)
             self.log(f"val/{name}", metric, batch_size=size)
         self._log_sampling(batch, size)
@@ -104,8 +109,8 @@ class IndicatorModule(L.LightningModule):
             "val/oracle_nfe": float(floor.float().mean()),
         }, batch_size=size, sync_dist=True)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         return self.optim.configure(self.indicator, self.trainer.max_steps)
 
     def on_train_start(self) -> None:
-        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())  # a resume's overrides win
+        self.optim.apply_to(self)  # a resume's overrides win

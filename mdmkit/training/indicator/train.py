@@ -44,7 +44,7 @@ def run_indicator_training(plan: TrainingPlan, output_dir: Path,
     path = output_dir / "indicator.pt"
     extra = {"base_checkpoint": module.trajectories.checkpoint, "config": config, "train_summary": summary}
     save_indicator(module.indicator, module.base, path, extra=extra)
-    if run.evaluate_after_training and not trainer.fast_dev_run:
+    if run.evaluate_after_training and not trainer.fast_dev_run:  # type: ignore[attr-defined]  # set by Lightning
         module.eval().to(resolve_device(run.device))
         result = evaluate_test_split(module.base, module.task, module.sampler, run.eval_limit, data.eval_batch_size,
                                      run.seed)

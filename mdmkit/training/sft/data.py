@@ -155,7 +155,7 @@ class SFTDataModule(L.LightningDataModule):
             part = self.val.subset(slice(start, start + size))
             noise = int(torch.randint(NOISE_SEEDS, (), generator=seeded_generator(stream_seed(self.seed, index))))
             batches.append((part.tokens, part.answer_mask, noise))
-        return DataLoader(batches, batch_size=None)
+        return DataLoader(batches, batch_size=None)  # type: ignore[arg-type]  # a list: a map-style dataset
 
 
 def split_examples(train: Examples, val: Examples | None, val_examples: int) -> tuple[Examples, Examples]:

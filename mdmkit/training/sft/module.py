@@ -8,7 +8,7 @@ not the base's gigabytes) and the fingerprint of the base, which a resume reload
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -22,6 +22,9 @@ from mdmkit.models.llm.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.optim import OptimConfig
 from mdmkit.training.sft.config import SFTConfig, sft_objective
+
+if TYPE_CHECKING:
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
 NETWORK_PREFIX = "network."  # the network's weights in the module's state dict
 BASE_KEY = "sft_base"  # in a LoRA run's checkpoint: the fingerprint of the frozen base it needs
@@ -80,9 +83,9 @@ class SFTModule(L.LightningModule):
         self.log("val/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
         self.log("val/masked_acc", metrics["masked_acc"], batch_size=size, sync_dist=True)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         return self.optim.configure(self.network, self.trainer.max_steps)
 
     def on_train_start(self) -> None:
         # after a resume has loaded the optimizer state: this run's settings (overrides included)
-        self.optim.apply_to(self.optimizers().optimizer, self.lr_schedulers())
+        self.optim.apply_to(self)
