@@ -36,6 +36,7 @@ from mdmkit.analysis.pareto_tables import runs_table
 from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import MdmkitError
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.indicator import load_indicator
 from mdmkit.models.denoiser import without_mask
@@ -92,7 +93,7 @@ def evaluate(args: argparse.Namespace, indicator: Path, checkpoint: str) -> list
     ]}
     with open_dict(cfg):
         cfg.sweep = OmegaConf.create(sweep)
-    return run_evaluation(cfg, args.out)
+    return run_evaluation(plan_evaluation(cfg), args.out)
 
 
 def measure_cost(args: argparse.Namespace, indicator: Path, checkpoint: str, repeats: int = 5) -> dict:

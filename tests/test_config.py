@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TINY, compose_config, run_cli
@@ -11,6 +12,7 @@ from hydra.errors import ConfigCompositionException
 from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import ConfigError
 from mdmkit.training.module import MDMModule
+from mdmkit.training.run_config import DataConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -150,10 +152,11 @@ def test_cli_unknown_key_is_one_clear_message(tmp_path: Path) -> None:
 def test_evaluate_top_level_settings_are_typed_before_the_model_loads(override: str, message: str,
                                                                       tmp_path: Path) -> None:
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     cfg = compose_config("evaluate", [f"ckpt={tmp_path}/absent.pt", f"results_file={tmp_path}/rows.jsonl", override])
     with pytest.raises(ConfigError, match=message):  # before the (missing) checkpoint is looked for
-        run_evaluation(cfg, tmp_path)
+        run_evaluation(plan_evaluation(cfg), tmp_path)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -169,21 +172,26 @@ def test_training_settings_used_after_training_are_checked_before_it(override: s
         check_run(compose_config("train", [override]))
 
 
+def components(overrides: list[str]) -> tuple[dict[str, Any], DataConfig]:
+    """What `check_components` takes: a training config and its data settings."""
+    config = to_container(compose_config("train", overrides))
+    return config, DataConfig.from_config(config["data"])
+
+
 def test_an_objective_for_another_kind_of_network_is_refused_at_start_up() -> None:
     from mdmkit.training.preflight import check_components
 
     with pytest.raises(ConfigError, match="objective SpeculativeLoss trains a SpeculativeConfig network, not the "
                                           "TransformerConfig of this model: pick model=speculative_"):
-        check_components(to_container(compose_config("train", ["experiment=sudoku_speculative", "model=tiny"])))
-    check_components(to_container(compose_config("train", ["experiment=sudoku_speculative"])))
+        check_components(*components(["experiment=sudoku_speculative", "model=tiny"]))
+    check_components(*components(["experiment=sudoku_speculative"]))
 
 
 def test_a_frozen_trunk_needs_a_trained_model_to_start_from() -> None:
     from mdmkit.training.preflight import check_components
 
     with pytest.raises(ConfigError, match="freeze_noncausal=true trains the causal head on a frozen trunk"):
-        check_components(to_container(compose_config("train", ["experiment=sudoku_speculative_head",
-                                                               "init_from=null"])))
+        check_components(*components(["experiment=sudoku_speculative_head", "init_from=null"]))
 
 
 def test_a_typo_under_data_is_refused_not_dropped() -> None:

@@ -20,6 +20,7 @@ from mdmkit.core.devices import resolve_device
 from mdmkit.core.errors import CheckpointError, ConfigError, DataFormatError
 from mdmkit.evaluation.distributed import Ranks
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.evaluation.sweep import SweepJob
 from mdmkit.io.checkpoint import TrainedModel, build_network, build_task, save_slim
 from mdmkit.io.results import read_records, row_key
@@ -89,7 +90,7 @@ def test_evaluation_makes_only_the_test_split_and_keeps_its_key(tmp_path: Path, 
         raise Sampled
 
     monkeypatch.setattr(evaluate_module, "sample_split", sample_split)
-    _, rows, measure = evaluate_module._puzzle_setup(cfg, None, Ranks())
+    _, rows, measure = evaluate_module._puzzle_setup(plan_evaluation(cfg), Ranks())
     sampler = to_container(cfg.sampler)
     sampler_then = {k: v for k, v in sampler.items() if k not in ("cache", "cache_refresh", "mask_in_softmax")}
     assert row_key(kind="evaluate", sampler=sampler_then, **rows.measurement) == KEY_LIMIT_100  # the same data
@@ -130,7 +131,7 @@ def test_a_malformed_test_file_fails_before_anything_is_generated(tmp_path: Path
     cfg = compose_config("evaluate", [f"ckpt={SUDOKU_CKPT}", "task=sudoku", f"task.test_file={bad}",
                                       f"results_file={tmp_path}/r.jsonl", "wandb.mode=disabled"])
     with pytest.raises(DataFormatError, match="expected 81 characters"):
-        run_evaluation(cfg, task_fields={"test_file"})
+        run_evaluation(plan_evaluation(cfg, task_fields={"test_file"}))
 
 
 def test_a_test_file_of_cached_training_puzzles_is_refused(tmp_path: Path) -> None:
@@ -210,12 +211,13 @@ def test_task_option_keeps_the_checkpoints_settings_unless_set_by_name(maze_cell
 
     results = tmp_path / "results.jsonl"
     base = [f"ckpt={maze_cells}", "limit=4", f"results_file={results}", "wandb.mode=disabled"]
-    (own,) = run_evaluation(compose_config("evaluate", base))
-    (named,) = run_evaluation(compose_config("evaluate", [*base, "task=maze"]), task_fields=set())
+    (own,) = run_evaluation(plan_evaluation(compose_config("evaluate", base)))
+    (named,) = run_evaluation(plan_evaluation(compose_config("evaluate", [*base, "task=maze"]), task_fields=set()))
     assert named["key"] == own["key"]  # the same task, data and row (was: answer=path, another vocabulary)
     assert "kept from the checkpoint: min_path_len=3, answer=cells" in capsys.readouterr().out
     with pytest.raises(CheckpointError, match="needs vocab"):  # the override wins (and cannot fit this network)
-        run_evaluation(compose_config("evaluate", [*base, "task=maze", "task.answer=path"]), task_fields={"answer"})
+        run_evaluation(plan_evaluation(compose_config("evaluate", [*base, "task=maze", "task.answer=path"]),
+                                       task_fields={"answer"}))
 
     done = run_cli("evaluate.py", *base, "task=maze", "resume=false", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -257,12 +259,13 @@ def test_a_sampler_that_reads_the_logits_otherwise_than_they_were_trained_is_ref
     """NTP-trained logits predict the next position, MDM logits their own: crossing them gave silent garbage."""
     from mdmkit.core.errors import CapabilityError
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
     from mdmkit.training.preflight import plan_training
     from mdmkit.training.train import run_training
 
     cfg = compose_config("evaluate", [f"ckpt={ROOT}/checkpoints/arithmetic_mdm.pt", "sampler=ntp", "limit=4",
                                       f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
     with pytest.raises(CapabilityError, match="trained as a masked diffusion model: sampler NTPDecoder"):
-        run_evaluation(cfg, tmp_path)
+        run_evaluation(plan_evaluation(cfg), tmp_path)
     with pytest.raises(CapabilityError, match="trained for next-token prediction .*not TopKSampler"):
         run_training(plan_training(compose_config("train", [*TINY, "objective=ntp", "sampler=topk"])), tmp_path / "run")

@@ -67,6 +67,7 @@ def test_evaluate_and_lm_eval_give_one_answer_with_and_without_the_sub_block_cac
 
     import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
     from mdmkit.lm_eval_tasks import utils
 
     results = tmp_path / "rows.jsonl"
@@ -75,7 +76,7 @@ def test_evaluate_and_lm_eval_give_one_answer_with_and_without_the_sub_block_cac
         cfg.sweep = {"name": "block_cache", "entries": [
             {"sampler": "fast_dllm_v2", "grid": {"block_cache": [False, True], "block_size": [16], "sub_block": [4]}}]}
     threads = torch.get_num_threads()
-    rows = run_evaluation(cfg)
+    rows = run_evaluation(plan_evaluation(cfg))
     torch.set_num_threads(threads)
     assert [row["sampler"]["block_cache"] for row in rows] == [False, True]
     monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))

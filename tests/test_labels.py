@@ -15,6 +15,7 @@ from mdmkit.analysis import pareto, pareto_tables
 from mdmkit.analysis.pareto_plot import plot_fronts
 from mdmkit.evaluation.distributed import Ranks
 from mdmkit.evaluation.evaluate import _Rows, run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.evaluation.sweep import expand
 from mdmkit.evaluation.tracking import COLUMNS, table_rows
 from mdmkit.io import naming
@@ -118,8 +119,8 @@ def test_old_rows_without_the_field_load_and_render(tmp_path: Path):
 
 def test_the_key_of_a_row_is_unchanged_by_the_preset():
     cfg = compose_config("evaluate", ["ckpt=model.pt", "sampler=eb", "sampler.gamma=0.0001"])
-    rows = _Rows(cfg, "model.pt", "0123456789abcdef", "sudoku", {"task": "fingerprint", "test_file": None},
-                 "test examples", "ema", None, Ranks())
+    rows = _Rows(plan_evaluation(cfg), "model.pt", "0123456789abcdef", "sudoku",
+                 {"task": "fingerprint", "test_file": None}, "test examples", "ema", None, Ranks())
     sampler = OmegaConf.to_container(cfg.sampler)
     made = rows.row("evaluate", sampler, {"accuracy": 0.5}, "eb")
     assert made["preset"] == "eb" and "preset" not in made["sampler"]
@@ -146,7 +147,7 @@ def test_sweep_console_lines_table_and_rows_name_preset_and_settings(tiny_checkp
                                       "wandb.mode=disabled"])
     with open_dict(cfg):
         cfg.sweep = sweep
-    rows = run_evaluation(cfg)
+    rows = run_evaluation(plan_evaluation(cfg))
     out = capsys.readouterr().out
     assert "[sudoku] llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=2: accuracy " in out
     assert "[sudoku] llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=4: accuracy " in out
@@ -159,7 +160,7 @@ def test_sweep_console_lines_table_and_rows_name_preset_and_settings(tiny_checkp
     assert [row["family"] for row in stored] == ["steps-confidence", "steps-confidence", "eb-confidence"]
     assert set(pareto.fronts_by_family(stored)) == {"eb-confidence", "llada (steps-confidence)"}
 
-    again = run_evaluation(cfg)  # resumed rows are named the same way
+    again = run_evaluation(plan_evaluation(cfg))  # resumed rows are named the same way
     assert capsys.readouterr().out.count("llada (steps-confidence) block_length=32, mask_in_softmax=True, steps=") == 4
     assert [row["preset"] for row in again] == ["llada", "llada", "eb"]
     assert [row["key"] for row in again] == [row["key"] for row in rows]

@@ -104,6 +104,7 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
 
     import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
     from mdmkit.lm_eval_tasks import utils
 
     results = tmp_path / "rows.jsonl"
@@ -112,7 +113,7 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
         with open_dict(cfg):
             cfg.sweep = {"name": "moe", "entries": [{"sampler": "llada", "grid": GRIDS[kind]}]}
     threads = torch.get_num_threads()
-    rows = run_evaluation(cfg)
+    rows = run_evaluation(plan_evaluation(cfg))
     torch.set_num_threads(threads)
     assert len(rows) == (3 if kind == "llada_moe" else 1)
     monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))

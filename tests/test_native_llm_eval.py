@@ -85,6 +85,7 @@ def evaluate_overrides(kind: str, checkpoint: Path, results: Path) -> list[str]:
 def evaluated(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Per model: the rows of one `evaluate` run over every option x cache (a sweep: the model loads once)."""
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     rows, threads = {}, torch.get_num_threads()
     torch.set_num_threads(1)  # as `one_thread`, which is set up after module fixtures
@@ -97,7 +98,7 @@ def evaluated(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFac
                 with open_dict(cfg):
                     cfg.sweep = {"name": "every_cache", "entries": [
                         {"sampler": option, "grid": {"cache": CACHES, **settings(option)}} for option in OPTIONS]}
-                rows[kind] = run_evaluation(cfg)
+                rows[kind] = run_evaluation(plan_evaluation(cfg))
                 written = [json.loads(line)["key"] for line in results.read_text().splitlines()]
                 assert [r["key"] for r in rows[kind]] == written
     finally:
@@ -309,6 +310,7 @@ def test_evaluate_and_lm_eval_give_equal_generations_verdicts_and_nfe(checkpoint
 
     import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
     from mdmkit.lm_eval_tasks import utils
 
     docs, answer = 4, 64
@@ -317,7 +319,7 @@ def test_evaluate_and_lm_eval_give_equal_generations_verdicts_and_nfe(checkpoint
         "task=gsm8k", f"task.data_dir={BENCHMARK_DATA}", f"task.max_gen_len={answer}", f"ckpt={checkpoints['llada']}",
         "hf.kind=llada", f"limit={docs}", f"batch_size={docs}", "device=cpu", f"results_file={results}",
         "wandb.mode=disabled", "sampler=fastdllm_threshold", "sampler.cache=dual"])
-    (row,) = run_evaluation(cfg)
+    (row,) = run_evaluation(plan_evaluation(cfg))
     assert row["prompts_cut"] == docs  # 8 shots do not fit the tiny model's positions: reported, not silent
     (generations_file,) = (tmp_path / "generations").glob("*.jsonl")
     ours = [json.loads(line) for line in generations_file.read_text().splitlines()]

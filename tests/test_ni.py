@@ -18,6 +18,7 @@ from omegaconf import open_dict
 from mdmkit.core.config import build, to_container
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import expand
 from mdmkit.io.checkpoint import save_slim
@@ -407,7 +408,7 @@ def test_indicator_training_runs_end_to_end_and_its_checkpoint_samples(tiny_base
                                       "wandb.mode=disabled"])
     with open_dict(cfg):
         cfg.sweep = sweep
-    rows = run_evaluation(cfg, None)
+    rows = run_evaluation(plan_evaluation(cfg), None)
     assert [row["params"]["epsilon"] for row in rows] == [0.5, 0.9] and all(row["n"] == 4 for row in rows)
     sweep["entries"][0]["grid"]["indicator"] = ["no/such.pt"]
     with pytest.raises(CheckpointError, match="sampler.indicator: checkpoint not found: no/such.pt"):

@@ -15,6 +15,7 @@ from mdmkit.analysis.aup import family_aup
 from mdmkit.analysis.pareto import derive_family
 from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.evaluation.sweep import expand
 from mdmkit.io.results import read_records
 
@@ -31,7 +32,7 @@ def evaluate(checkpoint: Path, results: Path, *overrides: str, sweep: dict | Non
     if sweep is not None:
         with open_dict(cfg):
             cfg.sweep = sweep
-    return run_evaluation(cfg, output_dir)
+    return run_evaluation(plan_evaluation(cfg), output_dir)
 
 
 def test_grid_expands_to_the_product_and_merges_repeats() -> None:

@@ -256,6 +256,7 @@ def test_sbd_runs_on_a_causal_lm_whose_tokenizer_has_a_mask_token(causal_dir):
 @pytest.mark.parametrize("task", ["gsm8k", "humaneval", "mbpp"])
 def test_evaluate_runs_text_tasks_end_to_end_with_a_tiny_model(task, masked_dir, tmp_path, monkeypatch):
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     monkeypatch.setenv(ENV_VAR, "1")
     monkeypatch.setenv(ISOLATION_ENV, available_isolation())  # bwrap, else the fallback (also on GPUs)
@@ -264,13 +265,13 @@ def test_evaluate_runs_text_tasks_end_to_end_with_a_tiny_model(task, masked_dir,
         f"task={task}", f"task.data_dir={DATA}", "task.max_gen_len=8", *shots, f"ckpt={masked_dir}",
         "limit=2", "batch_size=2", "sampler=eb", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
         "wandb.mode=disabled"])
-    rows = run_evaluation(cfg, tmp_path)
+    rows = run_evaluation(plan_evaluation(cfg), tmp_path)
     assert len(rows) == 1 and rows[0]["task"] == task and rows[0]["n"] == 2
     assert rows[0]["family"].startswith("eb") and rows[0]["nfe_mean"] >= 1
     lines = [json.loads(x) for x in (tmp_path / "generations" / f"{task}-{rows[0]['key']}.jsonl").read_text()
              .splitlines()]
     assert len(lines) == 2 and {"generation", "correct", "nfe"} <= set(lines[0])
-    again = run_evaluation(cfg, tmp_path)  # resumed from the results file, not re-run
+    again = run_evaluation(plan_evaluation(cfg), tmp_path)  # resumed from the results file, not re-run
     assert again[0]["key"] == rows[0]["key"] and again[0]["time"] == rows[0]["time"]
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 1
 
@@ -278,22 +279,24 @@ def test_evaluate_runs_text_tasks_end_to_end_with_a_tiny_model(task, masked_dir,
 @needs_data
 def test_evaluate_causal_baseline_on_gsm8k(causal_dir, tmp_path):
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     cfg = compose_config("evaluate", [
         "task=gsm8k", f"task.data_dir={DATA}", "task.max_gen_len=6", "task.shots=1", f"ckpt={causal_dir}",
         "hf.kind=causal", "sampler=ntp", "limit=2", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
         "wandb.mode=disabled"])
-    rows = run_evaluation(cfg, tmp_path)
+    rows = run_evaluation(plan_evaluation(cfg), tmp_path)
     assert rows[0]["weights"] == "causal" and rows[0]["nfe"]["max"] <= 6
     cfg = compose_config("evaluate", [  # a second knob for the same cut: rows recorded limit null
         "task=gsm8k", f"task.data_dir={DATA}", "+task.limit=2", f"ckpt={causal_dir}", "hf.kind=causal",
         "sampler=ntp", "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
     with pytest.raises(ConfigError, match="task.limit=2: give limit=2"):
-        run_evaluation(cfg, tmp_path)
+        run_evaluation(plan_evaluation(cfg), tmp_path)
 
 
 def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp_path):
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     missing = tmp_path / "not-loaded"  # the sampler is refused before the weights are looked for
     data = tmp_path / "data"  # nor is any data read
@@ -303,18 +306,19 @@ def test_evaluate_refuses_a_masked_sampler_for_a_causal_lm_before_loading_it(tmp
             "task=gsm8k", f"task.data_dir={data}", f"ckpt={missing}", "hf.kind=causal", *sampler, "device=cpu",
             f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
         with pytest.raises(CapabilityError, match="pass sampler=ntp") as error:
-            run_evaluation(cfg, tmp_path)
+            run_evaluation(plan_evaluation(cfg), tmp_path)
         assert "\n" not in str(error.value)
     cfg = compose_config("evaluate", ["task=gsm8k", f"task.data_dir={data}", f"ckpt={missing}", "sampler=ntp",
                                       "device=cpu", f"results_file={tmp_path}/rows.jsonl", "wandb.mode=disabled"])
     with pytest.raises(CapabilityError, match="masked sampler"):
-        run_evaluation(cfg, tmp_path)
+        run_evaluation(plan_evaluation(cfg), tmp_path)
 
 
 def test_code_tasks_refuse_the_sandbox_before_loading_data_or_model(tmp_path, monkeypatch):
     """Scoring HumanEval / MBPP runs generated code: without the opt-in, or without the isolation asked for, the
     run stops before the (missing) model or data are even looked at, not after hours of generation."""
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
     from mdmkit.sandbox import UnsafeExecutionError, isolation
 
     def config(task: str):
@@ -324,12 +328,12 @@ def test_code_tasks_refuse_the_sandbox_before_loading_data_or_model(tmp_path, mo
     monkeypatch.delenv(ENV_VAR, raising=False)
     for task in ("humaneval", "mbpp"):
         with pytest.raises(UnsafeExecutionError, match=ENV_VAR):
-            run_evaluation(config(task), tmp_path)
+            run_evaluation(plan_evaluation(config(task)), tmp_path)
     monkeypatch.setenv(ENV_VAR, "1")
     monkeypatch.setenv(ISOLATION_ENV, "bwrap")
     monkeypatch.setattr(isolation, "bwrap_status", lambda: (False, "bwrap is not installed"))
     with pytest.raises(UnsafeExecutionError, match="isolation=bwrap, but bwrap is not installed"):
-        run_evaluation(config("humaneval"), tmp_path)
+        run_evaluation(plan_evaluation(config("humaneval")), tmp_path)
     assert not (tmp_path / "rows.jsonl").exists()
 
 
@@ -339,11 +343,12 @@ def test_code_tasks_refuse_the_sandbox_before_loading_data_or_model(tmp_path, mo
 ])
 def test_a_malformed_benchmark_file_stops_in_one_line_before_the_model_loads(tmp_path, content, message):
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     (tmp_path / "gsm8k_test.jsonl").write_text(content)
     cfg = compose_config("evaluate", ["task=gsm8k", "task.shots=0", f"task.data_dir={tmp_path}",
                                       f"ckpt={tmp_path}/none", "device=cpu", f"results_file={tmp_path}/rows.jsonl",
                                       "wandb.mode=disabled"])
     with pytest.raises(DataFormatError, match=message) as error:
-        run_evaluation(cfg, tmp_path)
+        run_evaluation(plan_evaluation(cfg), tmp_path)
     assert "gsm8k_test.jsonl" in str(error.value) and "\n" not in str(error.value)

@@ -13,6 +13,7 @@ from conftest import TINY, WAIT_S, compose_config, run_cli
 
 from mdmkit.core.errors import CheckpointError, ConfigError
 from mdmkit.evaluation.evaluate import run_evaluation
+from mdmkit.evaluation.plan import plan_evaluation
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import plan_training
@@ -282,7 +283,7 @@ def test_every_sampler_runs_from_evaluate_with_its_oracle_floor(tmp_path: Path, 
     results = tmp_path / "eval.jsonl"
     cfg = compose_config("evaluate", [f"ckpt={tmp_path}/model.pt", f"sampler={sampler}", "limit=8", "oracle=true",
                                       f"results_file={results}"])
-    run_evaluation(cfg)
+    run_evaluation(plan_evaluation(cfg))
     measured, floor = (json.loads(line) for line in results.read_text().splitlines())
     assert measured["kind"] == "evaluate" and measured["n"] == 8
     assert floor["kind"] == "oracle" and floor["sampler"]["reference"]["_target_"] == cfg.sampler._target_

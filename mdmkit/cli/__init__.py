@@ -59,7 +59,7 @@ def _train(cfg: DictConfig, resume: ResumePlan | None) -> None:
 
     with contained():
         cfg, on_start = _resumed(cfg, resume) if resume is not None else (cfg, None)
-        plan = plan_training(cfg)
+        plan = plan_training(cfg, preset=_preset())
         if plan.kind == "indicator":
             from mdmkit.training.indicator.train import run_indicator_training as run
         elif plan.kind == "sft":
@@ -80,14 +80,24 @@ def evaluate() -> None:
 @hydra.main(version_base="1.3", config_path=_CONFIGS, config_name="evaluate")
 def _evaluate(cfg: DictConfig) -> None:
     from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
 
     hydra_config = HydraConfig.get()
     output_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)
     with contained():
-        check_sweep_overrides(cfg, list(hydra_config.overrides.task))
-        rows = run_evaluation(cfg, output_dir, task_fields=task_fields(list(hydra_config.overrides.task)))
+        check_sweep_overrides(cfg, overrides)
+        plan = plan_evaluation(cfg, preset=_preset(), task_fields=task_fields(overrides))
+        rows = run_evaluation(plan, output_dir)
         if hydra_config.mode == RunMode.MULTIRUN:
             _save_rows(rows, output_dir)
+
+
+def _preset() -> str | None:
+    """The sampler option the running job was composed with (`sampler=llada`: "llada"), from Hydra's
+    `runtime.choices`: rows name it beside their key, which the config alone cannot tell."""
+    choice = HydraConfig.get().runtime.choices.get("sampler")
+    return str(choice) if choice else None
 
 
 def _save_rows(rows: list[dict[str, Any]], output_dir: Path) -> None:

@@ -28,17 +28,6 @@ class SweepJob:
     preset: str | None = None  # the `conf/sampler/<name>.yaml` option the config was made from, where known
 
 
-def chosen_preset() -> str | None:
-    """The sampler option of a Hydra run (`sampler=llada`: "llada"), from Hydra's `runtime.choices`; None outside
-    a Hydra application (a config composed in a test or script), where the option cannot be told from the config."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    choice = HydraConfig.get().runtime.choices.get("sampler")
-    return str(choice) if choice else None
-
-
 def sampler_preset(name: str) -> dict[str, Any]:
     """The sampler option `name` (`conf/sampler/<name>.yaml` with what it inherits) as a dict."""
     try:

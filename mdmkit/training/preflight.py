@@ -19,6 +19,7 @@ from mdmkit.io.results import check_writable
 from mdmkit.training.run_config import DataConfig, RunConfig
 
 if TYPE_CHECKING:
+    from mdmkit.tasks.text import TextTask
     from mdmkit.training.sft.config import SFTConfig
 
 
@@ -28,13 +29,17 @@ class TrainingPlan:
     MDM ("indicator", experiment=*_indicator) or the fine-tuning of a pretrained diffusion LLM ("sft",
     experiment=*_sft). `config` is the resolved config, as checkpoints keep it and result rows record it; the
     parts it names are built from it where they are used. `run`, `data` and a fine-tuning run's `sft` are its
-    settings, typed and checked."""
+    settings, typed and checked; `text_task` is a fine-tuning run's task (its training pairs where `sft.train_file`
+    gives none, and its test evaluation), built once. `preset`: the `sampler=` option the run was composed with
+    (the CLI reads it from Hydra), named in the row of the test evaluation."""
 
     kind: Literal["mdm", "indicator", "sft"]
     config: dict[str, Any]
     run: RunConfig
     data: DataConfig
     sft: SFTConfig | None = None
+    text_task: TextTask | None = None
+    preset: str | None = None
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -42,7 +47,7 @@ class TrainingPlan:
         return self.config.get("trainer") or {}
 
 
-def plan_training(cfg: DictConfig) -> TrainingPlan:
+def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
     """The plan of the run `cfg` configures, after every check that needs no weights (one line each)."""
     config = to_container(cfg)
     run, data = check_run(config)
@@ -52,13 +57,14 @@ def plan_training(cfg: DictConfig) -> TrainingPlan:
 
         resolve_device(run.device)  # device=cuda without CUDA: one line now, not after training
     if indicator:
-        return TrainingPlan("indicator", config, run, data)
+        return TrainingPlan("indicator", config, run, data, preset=preset)
     if config.get("sft") is not None:
         from mdmkit.training.sft.config import check_sft_components
 
-        return TrainingPlan("sft", config, run, data, check_sft_components(config))
-    check_components(config)
-    return TrainingPlan("mdm", config, run, data)
+        sft, task = check_sft_components(config)
+        return TrainingPlan("sft", config, run, data, sft, task, preset)
+    check_components(config, data)
+    return TrainingPlan("mdm", config, run, data, preset=preset)
 
 
 def check_run(cfg: DictConfig | dict[str, Any]) -> tuple[RunConfig, DataConfig]:
@@ -92,14 +98,15 @@ def check_run(cfg: DictConfig | dict[str, Any]) -> tuple[RunConfig, DataConfig]:
     return run, data
 
 
-def check_components(config: dict[str, Any]) -> None:
-    """Build what an MDM run's config names, short of allocating the network: each raises its one-line error."""
+def check_components(config: dict[str, Any], data: DataConfig) -> None:
+    """Build what an MDM run's config names, short of allocating the network: each raises its one-line error.
+    `data`: the run's data settings (check_run's)."""
     from mdmkit.evaluation.generation import check_trained_for
     from mdmkit.evaluation.resolve import build_sampler
     from mdmkit.io.checkpoint import build_model_spec, build_task
 
     task = build_task(config)
-    require(not DataConfig.from_config(config["data"]).augment or task.symmetries is not None,
+    require(not data.augment or task.symmetries is not None,
             f"data.augment=true: task {task.name} defines no symmetries to draw from (Sudoku and maze do)")
     spec = build_model_spec(config, task)
     objective = build(config["objective"], "objective")
@@ -107,7 +114,7 @@ def check_components(config: dict[str, Any]) -> None:
     require(wanted is None or isinstance(spec, wanted),
             f"objective {type(objective).__name__} trains a {getattr(wanted, '__name__', '')} network, not the "
             f"{type(spec).__name__} of this model: pick model=speculative_* (conf/model/)")
-    require(not getattr(spec, "freeze_noncausal", False) or config.get("init_from") or config.get("ckpt_path"),
+    require(not getattr(spec, "freeze_noncausal", False) or bool(config.get("init_from") or config.get("ckpt_path")),
             "model.freeze_noncausal=true trains the causal head on a frozen trunk: give the trained MDM to start "
             "from (init_from=<mdm.pt>), else the trunk stays random")
     build(config["optim"], "optim")

@@ -19,7 +19,6 @@ from mdmkit.core.errors import ConfigError
 from mdmkit.core.progress import on_terminal
 from mdmkit.evaluation.evaluate import evaluate_test_split, format_summary
 from mdmkit.evaluation.resolve import build_sampler
-from mdmkit.evaluation.sweep import chosen_preset
 from mdmkit.io.checkpoint import (
     TrainedModel,
     architecture_error,
@@ -200,7 +199,7 @@ def run_training(plan: TrainingPlan, output_dir: Path,
     banner = f"model: {module.network.num_parameters() / 1e6:.2f}M parameters | task: {module.task.name}"
     if datamodule.augment:
         banner += f" | augmented by {module.task.symmetries}"
-    evaluation = {"kind": "train", "sampler": config["sampler"], "preset": chosen_preset()}
+    evaluation = {"kind": "train", "sampler": config["sampler"], "preset": plan.preset}
     evaluation["family"] = derive_family(evaluation)
     steps = None if plan.trainer.get("fast_dev_run") else plan.trainer["max_steps"]
     banner = "\n".join([banner, *costs(module.task, run, data, steps, row_label(evaluation))])

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from mdmkit.core.config import Validated, build, require
 from mdmkit.models.llm.lora import LORA_TARGETS, LoRA
 from mdmkit.models.llm.registry import ModelKind, model_kind
+from mdmkit.tasks.text import TextTask
 
 
 @dataclass
@@ -85,15 +86,14 @@ def sft_objective(config: dict[str, Any], sft: SFTConfig) -> Any:
     return build(node, "objective")
 
 
-def check_sft_components(config: dict[str, Any]) -> SFTConfig:
+def check_sft_components(config: dict[str, Any]) -> tuple[SFTConfig, TextTask | None]:
     """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error.
-    Returns the run's `sft` settings."""
+    Returns the run's `sft` settings and its text task (None: no task, or one that is not text)."""
     from mdmkit.evaluation.resolve import build_sampler
 
     sft: SFTConfig = build(config["sft"], "sft")
     sft_objective(config, sft)
     build(config["optim"], "optim")
     build_sampler(config["sampler"])
-    if config.get("task") is not None:
-        build(config["task"], "task")
-    return sft
+    task = build(config["task"], "task") if config.get("task") is not None else None
+    return sft, task if isinstance(task, TextTask) else None

@@ -13,16 +13,16 @@ from typing import Any
 
 import torch
 
-from mdmkit.core.config import build, require
+from mdmkit.core.config import require
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.evaluate import format_summary
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.text_eval import evaluate_text_task
 from mdmkit.io.results import append_record
-from mdmkit.models.llm.hf import load_native
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.export import save_hub_checkpoint
+from mdmkit.models.llm.hf import load_native
 from mdmkit.models.llm.lora import merged_weights, save_adapter
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.preflight import TrainingPlan
@@ -91,8 +91,7 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     config, run, data, sft = plan.config, plan.run, plan.data, plan.sft
     assert sft is not None, "a fine-tuning run's plan holds its sft settings (preflight.plan_training)"
     seed_run(run)
-    task = build(config["task"], "task") if config.get("task") is not None else None
-    task = task if isinstance(task, TextTask) else None
+    task = plan.text_task
     network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
     require(sft.max_length <= network.config.max_positions, f"sft.max_length={sft.max_length} is more than the "
                                                             f"{network.config.max_positions} positions of {sft.model}")

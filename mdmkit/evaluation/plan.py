@@ -1,0 +1,106 @@
+"""An evaluation run's plan: its config read once and checked before any model loads (a bad value stops at once).
+
+`plan_evaluation` makes the `EvaluationPlan` that `run_evaluation` (evaluate.py) takes: the measurement settings
+typed, every sampler of the run validated, the task built and, for a text task, the model's loading settings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from mdmkit.core.config import build, require, require_bool, require_int, to_container
+from mdmkit.core.devices import resolve_device
+from mdmkit.evaluation.generation import check_decoder
+from mdmkit.evaluation.resolve import build_sampler
+from mdmkit.evaluation.sweep import SweepJob, expand
+from mdmkit.evaluation.text_eval import HFModelConfig
+from mdmkit.io.results import check_writable
+from mdmkit.models.llm.registry import model_kind
+from mdmkit.tasks.base import PuzzleTask
+from mdmkit.tasks.text import TextTask
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """What an evaluation run is, read once. `config` is the resolved config, as every row records it.
+
+    `jobs`: the samplers to measure (one, or a sweep's grid), each with the option it came from. `task`: the task
+    named by `task=` (None: the checkpoint's own), built from `task_node`; `task_fields`: the `task.*` fields set
+    by name on the command line, which alone replace the checkpoint's trained values when `task=` names its own
+    task (None: all of `task_node` as given). `hf`: how a text task's `ckpt` loads (None for puzzle tasks).
+    """
+
+    config: dict[str, Any]
+    ckpt: str
+    jobs: tuple[SweepJob, ...]
+    task: PuzzleTask | TextTask | None
+    task_node: dict[str, Any] | None
+    task_fields: frozenset[str] | None
+    hf: HFModelConfig | None
+    seed: int
+    limit: int | None
+    batch_size: int
+    device: str
+    results_file: str
+    resume: bool
+    sweep_name: str | None  # the sweep's name (`sweep=...`), None for a single sampler
+    wandb: dict[str, Any] | None  # where rows are logged (None or mode=disabled: nowhere)
+
+
+def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
+                    task_fields: Collection[str] | None = None) -> EvaluationPlan:
+    """The plan of the run `cfg` configures, after every check that needs no model (one line each).
+
+    `preset`: the `sampler=` option a single-sampler run was composed with (the CLI reads it from Hydra), named in
+    its row. `task_fields`: see `EvaluationPlan`."""
+    config = to_container(cfg)
+    ckpt = config.get("ckpt")
+    require(ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
+                              "model directory or hub name")
+    require_int("batch_size", config["batch_size"], 1)
+    require_int("limit", config["limit"], 1, optional=True)
+    require_int("seed", config["seed"], 0)
+    require_bool("oracle", config["oracle"])
+    require_bool("resume", config["resume"])
+    check_writable(config["results_file"])  # rows made by hours of sampling must have somewhere to go
+    sweep = config.get("sweep") or None
+    jobs = expand(sweep) if sweep else [SweepJob(copy.deepcopy(config["sampler"]), config["oracle"], preset)]
+    samplers = [build_sampler(job.sampler) for job in jobs]  # every sampler is valid before the model is loaded
+    resolve_device(config["device"])  # device=cuda without CUDA: one line now, not a traceback from the first .to()
+    task_node = config.get("task")
+    task = build(task_node, "task") if task_node is not None else None
+    _check_checkpoint_kind(str(ckpt), task)
+    hf = None
+    if isinstance(task, TextTask):
+        hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **config["hf"]}, "hf")
+        require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
+        task.limit = config["limit"]
+        causal = model_kind(hf.kind).decoding == "causal"  # a causal kind takes sampler=ntp (or sbd): checked now
+        for sampler in samplers:
+            check_decoder(causal, sampler)
+        task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
+    return EvaluationPlan(
+        config=config, ckpt=str(ckpt), jobs=tuple(jobs), task=task, task_node=task_node,
+        task_fields=None if task_fields is None else frozenset(task_fields), hf=hf, seed=config["seed"],
+        limit=config["limit"], batch_size=config["batch_size"], device=str(config["device"]),
+        results_file=str(config["results_file"]), resume=config["resume"],
+        sweep_name=str(sweep.get("name", "sweep")) if sweep else None, wandb=config.get("wandb") or None)
+
+
+def _check_checkpoint_kind(ckpt: str, task: PuzzleTask | TextTask | None) -> None:
+    """A model of the other kind than the task takes, named with the fix: text tasks load a Hugging Face model
+    directory, puzzle tasks an mdmkit checkpoint file."""
+    path = Path(ckpt).expanduser()
+    if isinstance(task, TextTask):
+        require(not path.is_file(), f"ckpt={ckpt} is a file: task={task.name} loads a Hugging Face model directory "
+                                    "or hub name (an mdmkit checkpoint evaluates on its own task: leave out task=)")
+    else:
+        require(not (path / "config.json").is_file(),
+                f"ckpt={ckpt} is a Hugging Face model directory: name a text task and the model's kind, e.g. "
+                "task=gsm8k hf.kind=llada")
