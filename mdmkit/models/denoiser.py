@@ -79,9 +79,10 @@ class KVCache:
     def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor, commit: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [B, H, T + L, D] a layer's new tokens (`k`, `v` [B, H, L, D]) attend to: this cache's
         first, then theirs; the first `commit` of the new ones are appended to the cache."""
-        past = 0 if self.keys[layer] is None else self.keys[layer].shape[2]
-        if past:
-            k, v = torch.cat([self.keys[layer], k], 2), torch.cat([self.values[layer], v], 2)
+        cached_k, cached_v = self.keys[layer], self.values[layer]
+        past = 0 if cached_k is None else cached_k.shape[2]
+        if past and cached_k is not None and cached_v is not None:
+            k, v = torch.cat([cached_k, k], 2), torch.cat([cached_v, v], 2)
         if commit:
             self.keys[layer], self.values[layer] = k[:, :, : past + commit], v[:, :, : past + commit]
         return k, v

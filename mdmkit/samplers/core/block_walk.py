@@ -93,17 +93,20 @@ class ColumnCache:
              write: torch.Tensor | None = None, splice: bool = False) -> None:
         self.rows, self.read, self.write, self.splice = rows, read, write, splice
         self.every = len(rows) == self.batch  # rows are ascending and distinct
-        self.target = None if write is None else (rows[:, None].expand_as(write)[write], columns[write])
+        self.target = None
+        if write is not None:
+            assert columns is not None, "written slots need their columns"
+            self.target = rows[:, None].expand_as(write)[write], columns[write]
 
     def attend(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                commit: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [R, H, read (+ W), D] of layer `layer` for this call's `k`, `v` [R, H, W, D], as
         planned (`commit` is the `KVCache` argument; the plan says what is written)."""
-        if self.keys[layer] is None:
-            shape = (self.batch, k.shape[1], self.columns, k.shape[3])
-            self.keys[layer] = k.new_zeros(shape)
-            self.values[layer] = v.new_zeros(shape)
         keys, values = self.keys[layer], self.values[layer]
+        if keys is None or values is None:
+            shape = (self.batch, k.shape[1], self.columns, k.shape[3])
+            keys = self.keys[layer] = k.new_zeros(shape)
+            values = self.values[layer] = v.new_zeros(shape)
         # read before this call's writes (as a view they show through, in columns its queries never see)
         past = None if self.splice else self._read(keys, values)
         if self.target is not None:

@@ -79,7 +79,7 @@ class ForwardCounter:
         if logits_at is None:
             return self._network(tokens, **kwargs)
         if LOGITS_AT in self.capabilities:
-            return self._network(tokens, logits_at=logits_at, **kwargs)
+            return self._network_with(LOGITS_AT)(tokens, logits_at=logits_at, **kwargs)
         return self._network(tokens, **kwargs)[:, logits_at]
 
     def forward_with_hidden(self, tokens: torch.Tensor, rows: torch.Tensor,

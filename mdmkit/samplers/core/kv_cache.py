@@ -80,10 +80,11 @@ class BlockCache:
 
     def _cache_of(self, rows: torch.Tensor) -> KVCache:
         """The cache of `rows` (the store itself where they are all its rows, else a copy)."""
-        require(self.store is not None and self.store_rows is not None, "internal: a row was never refreshed")
-        if len(rows) == len(self.store_rows):
-            return self.store
-        return self.store.select(torch.searchsorted(self.store_rows, rows))
+        store, store_rows = self.store, self.store_rows
+        assert store is not None and store_rows is not None, "a row was never refreshed"
+        if len(rows) == len(store_rows):
+            return store
+        return store.select(torch.searchsorted(store_rows, rows))
 
     def _positions(self, rows: torch.Tensor) -> torch.Tensor:
         if self.keep is None:
@@ -101,15 +102,16 @@ class BlockCache:
         written = KVCache.empty(self.n_layers)
         logits = self.network(state, rows, attn_mask=attn_mask, positions=positions, cache=written,
                               commit=self.length, logits_at=span)
-        keys = [k.contiguous() for k in written.keys]
-        values = [v.contiguous() for v in written.values]
+        keys = [k.contiguous() for k in written.keys if k is not None]
+        values = [v.contiguous() for v in written.values if v is not None]
+        assert len(keys) == len(values) == self.n_layers, "a committing forward writes every layer"
         if self.store is None or self.store_rows is None:
-            self.store, self.store_rows = KVCache(keys, values), rows
+            self.store, self.store_rows = KVCache([*keys], [*values]), rows
             return logits
         index = torch.searchsorted(self.store_rows, rows)
-        for layer in range(self.n_layers):
-            self.store.keys[layer][index] = keys[layer]  # type: ignore[index]
-            self.store.values[layer][index] = values[layer]  # type: ignore[index]
+        for stored, new in zip([*self.store.keys, *self.store.values], [*keys, *values], strict=True):
+            assert stored is not None, "the store holds every layer"
+            stored[index] = new
         return logits
 
     def _query(self, rows: torch.Tensor, state: torch.Tensor, start: torch.Tensor, end: torch.Tensor,

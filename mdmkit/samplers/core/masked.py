@@ -148,7 +148,7 @@ class MaskedSampler(Sampler):
     mask_in_softmax: bool = False
 
     @property
-    def requires(self) -> frozenset[str]:  # type: ignore[override]
+    def requires(self) -> frozenset[str]:
         return cache_requirements(self.cache)
 
     def validate(self) -> None:

@@ -9,7 +9,6 @@ denoiser come loaded) and keeps no state from one `sample` call to the next (doc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
@@ -48,7 +47,11 @@ class Sampler(Validated):
     """Base of every sampler: masked diffusion (ordering x budget x choice), P2, NI, NTP and SBD, window and
     self-speculative. Fields are configuration only; subclasses implement `fill`."""
 
-    requires: ClassVar[frozenset[str]] = frozenset()  # capabilities the network must declare (none: any)
+    @property
+    def requires(self) -> frozenset[str]:
+        """Capabilities the network must declare (none: any); a sampler states them as a class attribute, or a
+        property where its settings decide."""
+        return frozenset()
 
     @torch.no_grad()
     def sample(

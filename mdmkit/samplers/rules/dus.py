@@ -79,7 +79,7 @@ class DUSSampler(Sampler):
     cache_refresh: int | None = None  # with a cache: also refresh every n steps inside a block (None: never)
 
     @property
-    def requires(self) -> frozenset[str]:  # type: ignore[override]
+    def requires(self) -> frozenset[str]:
         return cache_requirements(self.cache)
 
     def validate(self) -> None:
@@ -104,8 +104,8 @@ class DUSSampler(Sampler):
         n_groups = torch.zeros(top + 1, dtype=torch.long)
         for each in sizes:
             groups = _groups(each, self.base, self.base_skip)
-            for number, group in enumerate(groups):
-                index[each, list(group)] = number
+            for number, members in enumerate(groups):
+                index[each, list(members)] = number
             n_groups[each] = len(groups)
         index, n_groups = index.to(answer.device), n_groups.to(answer.device)
         block = torch.where(answer, block_index, NO_BLOCK)

@@ -86,7 +86,7 @@ class ProphetSampler(Sampler):
                                            f"the logits of every masked position): give its base sampler cache=none")
 
     @property
-    def requires(self) -> frozenset[str]:  # type: ignore[override]
+    def requires(self) -> frozenset[str]:
         return self.base.requires
 
     def rule(self) -> CommitGap:

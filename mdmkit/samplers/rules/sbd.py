@@ -78,7 +78,7 @@ class _CausalDecodeState:
         self.cache_rows = rows.cpu()
 
     def forward(self, rows: torch.Tensor, block: torch.Tensor | None, block_valid: torch.Tensor | None,
-                commit: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                commit: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run `rows`: uncached clean tokens (committed if `commit`), then an optional block of queries.
 
         Returns the logits of the clean part [R, P, V] (with its validity [R, P]) and of the block [R, k, V].
@@ -95,9 +95,12 @@ class _CausalDecodeState:
         clean_pos = (start[:, None] + torch.arange(clean_ids.shape[1], device=device)).clamp(max=last)
         parts, valid, pos = [clean_ids], [clean_valid], [clean_pos]
         if block is not None:
+            assert block_valid is not None, "a block comes with its validity"
             offsets = torch.arange(block.shape[1], device=device)
             block_pos = (self.cursor[rows][:, None] + offsets).clamp(max=last)
-            parts.append(block), valid.append(block_valid), pos.append(block_pos)
+            parts.append(block)
+            valid.append(block_valid)
+            pos.append(block_pos)
         ids, new_valid, positions = torch.cat(parts, 1), torch.cat(valid, 1), torch.cat(pos, 1)
         n_clean, n_new = clean_ids.shape[1], ids.shape[1]
 
@@ -190,7 +193,7 @@ class _BlockNetwork:
         outer = self.rows[rows]
         if self.first:  # the block's first pass also writes the clean tokens committed since the last one
             require(len(rows) == len(self.rows), "internal: the first pass of a block runs every row")
-        _, _, logits = self.state.forward(outer, block, self.valid[rows], commit=self.first)
+        logits = self.state.forward(outer, block, self.valid[rows], commit=self.first)[2]  # the block's
         self.first = False
         return logits if logits_at is None else logits[:, logits_at]
 

@@ -175,6 +175,7 @@ class SpeculativeSampler(WindowSampler):
                 generator: torch.Generator | None) -> torch.Tensor:
         """The draft-verify inner loops of one trunk pass. Accepted drafts stay in `step.proposal`, resampled
         tokens are written into it."""
+        assert step.trunk is not None, "a verifying sampler keeps its trunk pass"
         length = step.proposal.shape[1]
         rank = torch.arange(length, device=step.proposal.device)
         # a window of σ(n_known) alone needs no causal pass: its target is its draft, always kept
