@@ -36,7 +36,7 @@ class _LazyRanked(Ranked):
             setattr(self, name, value)
 
     @cached_property
-    def entropy(self) -> torch.Tensor:  # type: ignore[override]
+    def entropy(self) -> torch.Tensor:  # type: ignore[override]  # Ranked's field, computed when first read
         return entropy(self._probs).gather(1, self._order)
 
 
