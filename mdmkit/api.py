@@ -23,8 +23,8 @@ from mdmkit.core.seeding import seeded_generator
 from mdmkit.core.stopping import Stop
 from mdmkit.evaluation.generation import Generations, TextModel, masked_canvas
 from mdmkit.evaluation.generation import generate as run_generation
+from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.resolve import build_sampler
-from mdmkit.evaluation.text_eval import HFModelConfig
 from mdmkit.evaluation.text_eval import load_text_model as _load_text_model
 from mdmkit.samplers import ForwardCounter, Sampler
 

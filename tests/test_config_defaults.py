@@ -1,4 +1,5 @@
-"""One source of truth for defaults: the YAML options and the dataclasses they build agree.
+"""One source of truth for defaults: the run, data and hf settings come from their dataclasses alone (schemas the
+YAML extends); every other YAML option agrees with the dataclass it builds.
 
 Sampler options, as composed (the fields every masked-loop sampler shares come from
 `conf/sampler_fields/masked_loop.yaml`), state every field of their class: Hydra accepts `sampler.<field>=...`
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hydra import compose, initialize_config_module
 from hydra.utils import get_class, get_object
 from omegaconf import OmegaConf
 
@@ -100,12 +102,22 @@ def test_every_sampler_option_states_every_field_of_its_class(path: Path) -> Non
         assert set(node) - {"_target_"} == fields, where
 
 
-def test_train_yaml_states_the_run_and_data_settings_defaults() -> None:
-    """conf/train.yaml's top level and `data` hold every field of RunConfig and DataConfig at its default: one
-    source, stated twice, checked."""
+def composed(config_name: str, overrides: list[str]) -> dict[str, Any]:
+    with initialize_config_module("mdmkit.conf", version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name, overrides), resolve=False)
+
+
+def test_the_run_data_and_hf_settings_have_their_defaults_from_the_dataclasses_only() -> None:
+    """train.yaml's run settings and `data`, and evaluate.yaml's `hf`, come from their dataclasses (registered
+    schemas, mdmkit/core/schema.py): the composed configs hold every field at its default, the YAML states none."""
+    from mdmkit.evaluation.hf_config import HFModelConfig
     from mdmkit.training.run_config import DataConfig, RunConfig
 
-    train = raw_config(CONF / "train.yaml")
+    train, evaluate = composed("train", ["~experiment"]), composed("evaluate", [])  # no experiment's settings
     assert train["data"] == class_defaults(DataConfig)
     run_defaults = class_defaults(RunConfig)
     assert {name: train[name] for name in run_defaults} == run_defaults
+    assert evaluate["hf"] == class_defaults(HFModelConfig)
+    train_yaml, evaluate_yaml = raw_config(CONF / "train.yaml"), raw_config(CONF / "evaluate.yaml")
+    assert not set(train_yaml) & {"data", *run_defaults}
+    assert "hf" not in evaluate_yaml

@@ -26,17 +26,12 @@ from mdmkit.core.devices import resolve_device
 from mdmkit.core.progress import progress_bar
 from mdmkit.evaluation.distributed import Ranks, init_ranks
 from mdmkit.evaluation.generation import check_trained_for
+from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.plan import EvaluationPlan
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.runner import EvalResult, sample_split
 from mdmkit.evaluation.sweep import SweepJob
-from mdmkit.evaluation.text_eval import (
-    HFModelConfig,
-    evaluate_text_task,
-    load_text_model,
-    model_fingerprint,
-    parameter_counts,
-)
+from mdmkit.evaluation.text_eval import evaluate_text_task, load_text_model, model_fingerprint, parameter_counts
 from mdmkit.evaluation.tracking import log_rows
 from mdmkit.io.checkpoint import TrainedModel
 from mdmkit.io.naming import derive_family, row_label

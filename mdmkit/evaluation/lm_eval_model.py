@@ -36,8 +36,9 @@ from mdmkit.core.progress import progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
+from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
-from mdmkit.evaluation.text_eval import HFModelConfig, load_text_model
+from mdmkit.evaluation.text_eval import load_text_model
 from mdmkit.models.llm.hf import HFCausalLM, check_model_source
 from mdmkit.models.llm.registry import model_kind
 

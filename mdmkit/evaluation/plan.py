@@ -17,9 +17,9 @@ from omegaconf import DictConfig
 from mdmkit.core.config import build, require, require_bool, require_int, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.generation import check_decoder
+from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import SweepJob, expand
-from mdmkit.evaluation.text_eval import HFModelConfig
 from mdmkit.io.results import check_writable
 from mdmkit.models.llm.registry import model_kind
 from mdmkit.tasks.base import PuzzleTask
@@ -78,7 +78,7 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
     _check_checkpoint_kind(str(ckpt), task)
     hf = None
     if isinstance(task, TextTask):
-        hf = build({"_target_": "mdmkit.evaluation.text_eval.HFModelConfig", **config["hf"]}, "hf")
+        hf = build({"_target_": "mdmkit.evaluation.hf_config.HFModelConfig", **config["hf"]}, "hf")
         require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
         task.limit = config["limit"]
         causal = model_kind(hf.kind).decoding == "causal"  # a causal kind takes sampler=ntp (or sbd): checked now

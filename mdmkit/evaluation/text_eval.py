@@ -4,42 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from mdmkit.core.config import Validated, require
+from mdmkit.core.config import require
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.evaluation.generation import TextModel, generate
+from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.runner import EvalResult
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.lora import load_adapter
-from mdmkit.models.llm.registry import kind_names, load_model, model_kind
+from mdmkit.models.llm.registry import load_model
 from mdmkit.samplers import Sampler
 from mdmkit.tasks.text import TextTask
-
-
-@dataclass
-class HFModelConfig(Validated):
-    """How `ckpt` (a model directory or hub name) is loaded for a text task."""
-
-    kind: str = "generic"  # a registered model kind (`mdmkit.models.llm.registry.kind_names()`)
-    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    trust_remote_code: bool = False
-    max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
-    adapter: str | None = None  # a LoRA adapter directory (peft's format, e.g. a fine-tuning run's adapter/) merged in
-
-    def validate(self) -> None:
-        require(self.max_length is None or self.max_length >= 2, f"max_length={self.max_length} must be >= 2")
-        model_kind(self.kind)
-        adaptable = kind_names(lambda kind: kind.lora)
-        require(self.adapter is None or self.kind in adaptable,
-                f"adapter: LoRA adapters merge into mdmkit's own {', '.join(adaptable)} networks, not kind={self.kind}")
-        require(self.adapter is None or Path(self.adapter).expanduser().is_dir(),
-                f"adapter={self.adapter}: no such directory")
 
 
 @runtime_checkable

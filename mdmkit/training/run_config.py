@@ -1,7 +1,7 @@
 """A training run's own settings (conf/train.yaml's top level and its `data` node) as validated dataclasses.
 
-Light: the CLI checks them before importing Lightning. conf/train.yaml states the defaults; a test holds the
-dataclasses to them.
+Light: the CLI checks them before importing Lightning, and Hydra composes them (mdmkit/core/schema.py) without
+torch. Their defaults are stated here only: conf/train.yaml extends them as `schema/run` and `schema/data`.
 """
 
 from __future__ import annotations
@@ -63,9 +63,13 @@ class DataConfig(Validated):
 class RunConfig(Validated):
     """The top-level settings of a training run (the config groups are checked where they are built).
 
-    `init_from`: fine-tune from a trained model.pt / .ckpt. `ckpt_path`: resume from a checkpoint (or its run
-    directory, resolved by the CLI). `checkpoint_every`: also keep a checkpoint every N steps. `compile`: true or
-    a torch.compile mode. `device`, `eval_limit`, `results_file`: the test evaluation after training.
+    `init_from`: fine-tune from a trained model.pt / .ckpt (same architecture; a mismatch names the fields).
+    `ckpt_path`: resume from a checkpoint, or its run directory (outputs/<run_name>/<time>): the run goes on in that
+    directory and wandb run with its saved config, the overrides given now on top (resolved by the CLI).
+    `checkpoint_every`: also keep a checkpoint every N steps (last.ckpt: every N steps, else at each validation).
+    `compile`: torch.compile the training steps, true or a mode (e.g. reduce-overhead). `save_dtype`: the EMA
+    weights of model.pt, float32 or bfloat16 (half the size). `device`, `eval_limit` (the first N test examples;
+    None: all), `results_file`: the test evaluation after training.
     """
 
     run_name: str = "quickstart"
