@@ -18,7 +18,7 @@ class HFModelConfig(Validated):
 
     kind: str = "generic"  # a registered model kind (`mdmkit.models.llm.registry.kind_names()`)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # a kind with a native network (llada, dream, ...) always loads mdmkit's own
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
     adapter: str | None = None  # a LoRA adapter directory (peft's format, e.g. a fine-tuning run's adapter/) merged in
 
