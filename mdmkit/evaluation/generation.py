@@ -22,6 +22,7 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.hf import HFCausalLM, HFMaskedDiffusion
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
 from mdmkit.tasks.extraction import truncate_at_stop
@@ -33,7 +34,7 @@ CAUSAL_DECODERS = (NTPDecoder, SBDSampler)  # fill a suffix left to right with a
 class TextModel:
     """A network with its tokenizer: masked (masked samplers) or causal (causal decoders: `sampler=ntp`)."""
 
-    network: HFMaskedDiffusion | HFCausalLM
+    network: HFMaskedDiffusion | DiffusionLM | HFCausalLM  # masked (a hub model, or mdmkit's own network) or causal
     tokenizer: Any
     max_length: int | None = None  # prompt + generation budget; longer prompts lose their start
 

@@ -110,7 +110,7 @@ def shape_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Ten
     return None
 
 
-def save_slim(config: dict[str, Any], ema_shadow: dict[str, torch.Tensor], path: Path,
+def save_slim(config: dict[str, Any], ema_shadow: torch.nn.ParameterDict | dict[str, torch.Tensor], path: Path,
               extra: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32) -> None:
     """Write config + EMA weights only (a few MB), the file evaluation and later work start from; `dtype`
     bfloat16 halves it (loading widens the weights back to the network's float32)."""

@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
@@ -76,6 +76,18 @@ def _finish_wandb() -> None:
     wandb.finish()
 
 
+@runtime_checkable
+class Checkpointed(Protocol):
+    """A module whose checkpoints leave out what it rebuilds (a frozen base)."""
+
+    def checkpointed(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+
+def ran_fast_dev_run(trainer: L.Trainer) -> bool:
+    """Whether `trainer` ran Lightning's smoke test (`trainer.fast_dev_run`): then nothing is evaluated after it."""
+    return bool(trainer.fast_dev_run)  # type: ignore[attr-defined]  # set by Lightning, undeclared on Trainer
+
+
 def seed_run(run: RunConfig) -> None:
     """Seed everything a training run draws from, before anything is built."""
     L.seed_everything(run.seed, workers=True, verbose=False)
@@ -89,7 +101,7 @@ def check_resume(plan: TrainingPlan, module: L.LightningModule) -> None:
         return
     checkpoint = read_lightning_checkpoint(path)
     expected = module.state_dict()
-    if hasattr(module, "checkpointed"):  # a module whose checkpoints leave out what it rebuilds (a frozen base)
+    if isinstance(module, Checkpointed):
         expected = module.checkpointed(expected)
     mismatch = shape_mismatch(expected, checkpoint["state_dict"])
     if mismatch is not None:
@@ -210,7 +222,7 @@ def run_training(plan: TrainingPlan, output_dir: Path,
 
     save_slim(module.config, module.ema.shadow, output_dir / "model.pt", extra={"train_summary": summary},
               dtype=getattr(torch, run.save_dtype))
-    if run.evaluate_after_training and not trainer.fast_dev_run:
+    if run.evaluate_after_training and not ran_fast_dev_run(trainer):
         network = module.network.to(resolve_device(run.device))
         with module.ema.swapped_in(network):
             sampler = build_sampler(config["sampler"], network)

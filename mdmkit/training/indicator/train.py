@@ -19,7 +19,7 @@ from mdmkit.models.indicator import num_parameters
 from mdmkit.training.indicator.data import TrajectoryDataModule
 from mdmkit.training.indicator.module import IndicatorModule
 from mdmkit.training.preflight import TrainingPlan
-from mdmkit.training.train import fit, seed_run
+from mdmkit.training.train import fit, ran_fast_dev_run, seed_run
 
 # the frozen base network stays in eval mode on purpose
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
@@ -44,7 +44,7 @@ def run_indicator_training(plan: TrainingPlan, output_dir: Path,
     path = output_dir / "indicator.pt"
     extra = {"base_checkpoint": module.trajectories.checkpoint, "config": config, "train_summary": summary}
     save_indicator(module.indicator, module.base, path, extra=extra)
-    if run.evaluate_after_training and not trainer.fast_dev_run:  # type: ignore[attr-defined]  # set by Lightning
+    if run.evaluate_after_training and not ran_fast_dev_run(trainer):
         module.eval().to(resolve_device(run.device))
         result = evaluate_test_split(module.base, module.task, module.sampler, run.eval_limit, data.eval_batch_size,
                                      run.seed)

@@ -15,6 +15,7 @@ import torch
 
 from mdmkit.core.config import require
 from mdmkit.core.devices import resolve_device
+from mdmkit.core.errors import ConfigError
 from mdmkit.evaluation.evaluate import format_summary
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.evaluation.resolve import build_sampler
@@ -29,14 +30,18 @@ from mdmkit.training.preflight import TrainingPlan
 from mdmkit.training.sft.config import SFTConfig
 from mdmkit.training.sft.data import Examples, SFTDataModule, encode, read_pairs, split_examples, task_pairs
 from mdmkit.training.sft.module import NETWORK_PREFIX, SFTModule
-from mdmkit.training.train import fit, seed_run
+from mdmkit.training.train import fit, ran_fast_dev_run, seed_run
 
 
 def sft_examples(sft: SFTConfig, tokenizer: Any, task: TextTask | None, val_examples: int) -> tuple[Examples, Examples]:
     """Training and validation examples: `sft.train_file` (else the task's training split), tokenized."""
-    require(sft.train_file is not None or task is not None,
-            "sft.train_file=null takes the pairs from the run's task, which is no text task (task=gsm8k is)")
-    pairs = read_pairs(sft.train_file) if sft.train_file is not None else task_pairs(task)
+    if sft.train_file is not None:
+        pairs = read_pairs(sft.train_file)
+    elif task is not None:
+        pairs = task_pairs(task)
+    else:
+        raise ConfigError("sft.train_file=null takes the pairs from the run's task, which is no text task "
+                          "(task=gsm8k is)")
     val = encode(read_pairs(sft.val_file), tokenizer, sft) if sft.val_file is not None else None
     return split_examples(encode(pairs, tokenizer, sft), val, val_examples)
 
@@ -78,6 +83,7 @@ def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenize
     model = TextModel(network, tokenizer, network.config.max_positions)
     result = evaluate_text_task(model, task, sampler, plan.data.eval_batch_size, plan.run.seed,
                                 checkpoint.parent / "generations.jsonl")
+    assert result is not None, "one process's result"
     summary.update(result.summary())
     row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": plan.config["sampler"],
            "trained": sft.describe(), **summary, "config": plan.config}
@@ -111,7 +117,7 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     if sft.lora is not None and sft.save_adapter:
         adapter = save_adapter(weights, sft.lora, output_dir / "adapter", base=sft.model)
         print(f"saved: {adapter} (the LoRA adapter alone, peft's format)")
-    if run.evaluate_after_training and not trainer.fast_dev_run and task is not None:
+    if run.evaluate_after_training and not ran_fast_dev_run(trainer) and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
         _evaluate(plan, sft, trained, tokenizer, task, checkpoint, summary)
