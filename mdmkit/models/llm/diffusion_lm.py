@@ -138,7 +138,7 @@ class Attention(nn.Module):
         q = self.q(x).view(batch, length, config.n_heads, config.head_dim).transpose(1, 2)
         k = self.k(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
         v = self.v(x).view(batch, length, config.n_kv_heads, config.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotate(q, *rotary, config.rope_fp32), rotate(k, *rotary, config.rope_fp32)
         if cache is not None:
@@ -159,8 +159,8 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(config.d_model, config.rms_eps)
         self.attn = Attention(config)
         self.mlp_norm = RMSNorm(config.d_model, config.rms_eps)
-        moe = config.moe is not None and index in config.moe.layers
-        self.mlp = MoE(config.d_model, config.moe) if moe else GatedMLP(config.d_model, config.mlp_hidden)
+        moe = config.moe if config.moe is not None and index in config.moe.layers else None
+        self.mlp = MoE(config.d_model, moe) if moe is not None else GatedMLP(config.d_model, config.mlp_hidden)
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], attn_mask: Any,
                 cache: tuple[ForwardCache, int, int] | None) -> torch.Tensor:

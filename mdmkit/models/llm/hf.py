@@ -11,7 +11,7 @@ import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -24,6 +24,8 @@ from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.registry import model_kind
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from mdmkit.models.llm.registry import ModelKind
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BPE_FILES = ("vocab.json", "merges.txt")  # a byte-level BPE without tokenizer.json (Dream's hub files)
@@ -110,7 +112,7 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model = cast("PreTrainedModel", model)  # AutoModelForCausalLM's, whose config and heads this reads
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -122,7 +124,7 @@ class HFCausalLM(nn.Module):
     @property
     def vocab_size(self) -> int:
         """One past the largest token id the model reads or writes (its embedding and output rows)."""
-        sizes = [self.model.get_input_embeddings().num_embeddings]
+        sizes = [cast(nn.Embedding, self.model.get_input_embeddings()).num_embeddings]  # typed a plain Module
         output = self.model.get_output_embeddings()
         if output is not None:
             sizes.append(output.weight.shape[0])
@@ -152,7 +154,7 @@ class HFCausalLM(nn.Module):
 
         past, before = DynamicCache(), cache.length
         for layer, (keys, values) in enumerate(zip(cache.keys, cache.values)):
-            if keys is not None:
+            if keys is not None and values is not None:
                 past.update(keys, values, layer)
         logits = self.model(input_ids=tokens, past_key_values=past, use_cache=True, **kwargs).logits.float()
         if commit:

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from mdmkit.core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 # mdmkit's module names inside a DiffusionLM block: attention q, k, v, o; the MLP's gate, up, down
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -36,11 +40,12 @@ class LoRA:
     def scaling(self) -> float:
         return self.alpha / self.r
 
-    def peft_config(self, base: str | None = None):  # -> peft.LoraConfig
+    def peft_config(self, base: str | None = None) -> LoraConfig:
         from peft import LoraConfig
 
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=list(self.targets),
-                          bias="none", base_model_name_or_path=base)
+        return LoraConfig(r=self.r, lora_alpha=self.alpha,  # type: ignore[arg-type]  # peft annotates int; divides it
+                          lora_dropout=self.dropout, target_modules=list(self.targets), bias="none",
+                          base_model_name_or_path=base)
 
 
 def add_lora(network: nn.Module, lora: LoRA) -> nn.Module:

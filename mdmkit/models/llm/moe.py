@@ -81,6 +81,8 @@ class GatedMLP(nn.Module):
 class MoE(nn.Module):
     """x [..., d_model] -> sum over the chosen experts of weight * expert(x), plus the shared expert's output."""
 
+    expert_bias: torch.Tensor | None  # a buffer [experts] where the config has one
+
     def __init__(self, d_model: int, config: MoEConfig) -> None:
         super().__init__()
         self.config = config
@@ -152,7 +154,7 @@ class MoE(nn.Module):
         order = pairs.argsort(stable=True)
         counts = torch.bincount(pairs, minlength=self.config.experts)
         inputs = x[order // chosen.shape[1]]
-        if self._groupable(x):
+        if self._groupable(x) and _grouped_mm is not None:
             ends = counts.cumsum(0).to(torch.int32)  # stays on the device: no host sync
             gate = _grouped_mm(inputs, self.gate.transpose(1, 2), offs=ends)
             hidden = F.silu(gate) * _grouped_mm(inputs, self.up.transpose(1, 2), offs=ends)
