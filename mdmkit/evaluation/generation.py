@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -22,19 +22,26 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
 from mdmkit.models.denoiser import require_capabilities
-from mdmkit.models.llm.diffusion_lm import DiffusionLM
-from mdmkit.models.llm.hf import HFCausalLM, HFMaskedDiffusion
+from mdmkit.models.llm.hf import HFCausalLM
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
 from mdmkit.tasks.extraction import truncate_at_stop
 
 CAUSAL_DECODERS = (NTPDecoder, SBDSampler)  # fill a suffix left to right with a KV cache: causal LMs only
 
 
+@runtime_checkable
+class MaskedNetwork(Protocol):
+    """What a text model reads of a masked network besides its forward: the token it fills (`HFMaskedDiffusion`,
+    mdmkit's `DiffusionLM`, a registered kind's own network)."""
+
+    mask_id: int
+
+
 @dataclass
 class TextModel:
     """A network with its tokenizer: masked (masked samplers) or causal (causal decoders: `sampler=ntp`)."""
 
-    network: HFMaskedDiffusion | DiffusionLM | HFCausalLM  # masked (a hub model, or mdmkit's own network) or causal
+    network: torch.nn.Module  # a MaskedNetwork, or an HFCausalLM
     tokenizer: Any
     max_length: int | None = None  # prompt + generation budget; longer prompts lose their start
 
@@ -54,6 +61,7 @@ class TextModel:
         past the vocabulary (NTP only runs the settled prefix, so it is never fed, and it is never generated).
         SBD feeds masks to the model: the tokenizer's mask token, the one an SBD fine-tune learnt."""
         if not isinstance(self.network, HFCausalLM):
+            assert isinstance(self.network, MaskedNetwork), "a masked network has a mask_id"
             return self.network.mask_id
         if isinstance(sampler, SBDSampler):
             if self.tokenizer.mask_token_id is None:

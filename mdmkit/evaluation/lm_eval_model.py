@@ -266,8 +266,8 @@ class MdmkitLM(LM):
             if isinstance(network, HFCausalLM):
                 results.append(self._causal_loglikelihood(context_ids, continuation_ids))
             else:
-                score = masked_elbo(network, network.mask_id, context_ids, continuation_ids, self.mc_samples,
-                                    generator)
+                score = masked_elbo(network, self.model.mask_id_for(self.sampler), context_ids, continuation_ids,
+                                    self.mc_samples, generator)
                 results.append((score, False))
         return results
 
