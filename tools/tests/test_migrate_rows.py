@@ -65,10 +65,49 @@ def test_llada2s_rule_loses_the_masked_loop_fields_it_no_longer_has_and_its_fami
     assert migrate_file(path) == (1, 1)
     (new,) = read_records(path)
     rule = {"_target_": "mdmkit.samplers.Llada2Sampler", "temperature": 1.0, "top_p": 1.0, "stop_early": True,
-            "steps": 4, "tau": 0.95, "top_k": 0}
+            "steps": 4, "tau": 0.95, "top_k": 0, "mask_never_drawn": True}  # it drew without the mask token
     assert new["sampler"] == {**sampler, "rule": rule}
     assert new["family"] == "blockdiffusion-llada2"
     # keyed as a run of today's config is: the fields at their defaults count for nothing
-    assert new["key"] == evaluation_key("evaluate", {**sampler, "rule": {"_target_": rule["_target_"], "steps": 4,
-                                                                         "temperature": 1.0}}, MEASUREMENT)
+    assert new["key"] == evaluation_key("evaluate", {**sampler, "rule": {
+        "_target_": rule["_target_"], "steps": 4, "temperature": 1.0, "mask_never_drawn": True}}, MEASUREMENT)
     assert migrate_file(path) == (0, 1)
+
+
+def test_llada2_rows_from_before_the_mask_token_was_drawn_say_so_and_are_no_longer_todays(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    rule = {"_target_": "mdmkit.samplers.Llada2Sampler", "steps": 32, "temperature": 1.0}
+    sampler = {"_target_": "mdmkit.samplers.BlockDiffusionSampler", "block_size": 32, "rule": rule}
+    today = {**sampler, "rule": {**rule, "mask_never_drawn": False}}
+    rows = [{"kind": "evaluate", "key": "stale", "preset": "llada2", "family": "blockdiffusion-llada2",
+             "sampler": value, "measurement": MEASUREMENT} for value in (sampler, today)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert migrate_file(path) == (2, 2)  # both keyed again; only the old one's sampler changes
+    old, new = read_records(path)
+    assert old["sampler"]["rule"]["mask_never_drawn"] is True and new["sampler"] == today
+    assert old["key"] != new["key"] == evaluation_key("evaluate", sampler, MEASUREMENT)  # today's default: no key
+    assert migrate_file(path) == (0, 2)
+
+
+def test_fast_dllm_v2_preset_rows_from_before_attention_block_take_the_presets_where_it_is_the_same(
+        tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    rule = {"_target_": "mdmkit.samplers.ThresholdSampler", "tau": 0.9, "mask_in_softmax": True}
+
+    def row(block: int, preset: str, **fields: object) -> dict:
+        sampler = {"_target_": "mdmkit.samplers.BlockDiffusionSampler", "block_size": block, "sub_block": 8,
+                   "rule": rule, "prompt_block_unseen": True, **fields}
+        return {"kind": "evaluate", "key": "stale", "preset": preset, "family": "blockdiffusion-threshold-confidence",
+                "sampler": sampler, "params": {k: v for k, v in sampler.items() if k != "_target_"},
+                "measurement": MEASUREMENT}
+
+    rows = [row(32, "fast_dllm_v2"), row(64, "fast_dllm_v2"), row(32, "block_diffusion")]
+    path.write_text("".join(json.dumps(value) + "\n" for value in rows))
+    migrate_file(path)
+    blocks32, blocks64, plain = read_records(path)
+    # blocks of 32: the whole block is the preset's 32, so the row is keyed as the preset runs today
+    assert blocks32["sampler"]["attention_block"] == blocks32["params"]["attention_block"] == 32
+    assert blocks32["key"] == evaluation_key("evaluate", row(32, "", attention_block=32)["sampler"], MEASUREMENT)
+    # blocks of 64 attended over the whole block (null, the default): not the preset's runs today
+    assert "attention_block" not in blocks64["sampler"] and "attention_block" not in plain["sampler"]
+    assert migrate_file(path) == (0, 3)

@@ -42,6 +42,7 @@ class BlockSettings(Protocol):
     block_cache: bool
     prompt_block_unseen: bool
     commit_reveals: bool
+    attention_block: int | None
 
     @property
     def rule(self) -> BlockRule: ...
@@ -145,6 +146,7 @@ class _Decode:
         canvas = batch.canvas
         self.sampler, self.network, self.canvas = sampler, network, canvas
         self.x, self.answer, self.reveal_step, self.steps = batch.x, batch.answer, batch.reveal_step, batch.steps
+        self.left = batch.left
         batch_size, self.length = self.x.shape
         device = self.x.device
         keep = canvas.attention_mask
@@ -157,9 +159,13 @@ class _Decode:
         self.cache = ColumnCache(network.n_layers, batch_size, self.length)
         self.columns = torch.arange(self.length, device=device)
 
+    def first_open(self, rows: torch.Tensor) -> torch.Tensor:
+        """Each row's first masked answer position that is still to be filled (one a rule left masked is not)."""
+        return _first(self.answer[rows] & (self.x[rows] == self.canvas.mask_id) & ~self.left[rows])
+
     def block_start(self, rows: torch.Tensor) -> torch.Tensor:
         """The first column of the block of each row's first masked position."""
-        first = _first(self.answer[rows] & (self.x[rows] == self.canvas.mask_id))
+        first = self.first_open(rows)
         origin = self.origin[rows]
         return origin + (first - origin) // self.sampler.block_size * self.sampler.block_size
 
@@ -208,7 +214,7 @@ class _Decode:
     def fill_sub_blocks(self, rows: torch.Tensor, start: torch.Tensor) -> None:
         """Fill the sub-block of each row's first masked position with the rule (its forwards run the block)."""
         sub = self.sampler.sub_block
-        first = _first(self.answer[rows] & (self.x[rows] == self.canvas.mask_id))
+        first = self.first_open(rows)
         sub_start = start + (first - start) // sub * sub
         block_end = (start + self.sampler.block_size).clamp(max=self.length)
         columns, valid = _window(sub_start, sub, torch.minimum(sub_start + sub, block_end))
@@ -223,6 +229,9 @@ class _Decode:
         self.x[where[filled], columns[filled]] = inner.tokens[filled]
         self.reveal_step[where[filled], columns[filled]] = (self.steps[rows][:, None] + inner.reveal_step)[filled]
         self.steps[rows] += inner.steps
+        # what the rule left masked (out of steps, or its row stopped) stays so: the walk goes on past it
+        left = valid & (inner.tokens == self.canvas.mask_id)
+        self.left[where[left], columns[left]] = True
 
 
 class _SubBlocks:
@@ -265,7 +274,12 @@ class _SubBlocks:
         tokens = decode.x[outer[:, None], columns]
         offset = self.sub_columns[rows] - start[:, None]  # the sub-block's slots in the block (always inside it)
         tokens.scatter_(1, offset, state)
-        own = valid[:, None, :] | torch.eye(columns.shape[1], dtype=torch.bool, device=columns.device)[None]
+        own = valid[:, None, :].expand(-1, columns.shape[1], -1)
+        group = decode.sampler.attention_block
+        if group is not None:  # block-causal in groups of `group` positions from the origin, as the prefix is
+            position = columns - decode.origin[outer][:, None]
+            own = own & (position[:, :, None] // group >= position[:, None, :] // group)
+        own = own | torch.eye(columns.shape[1], dtype=torch.bool, device=columns.device)[None]
         keep = valid if decode.sampler.block_cache else None
         logits = decode.forward(outer, columns, valid, tokens, start, own, write=keep)
         if keep is not None:

@@ -63,6 +63,9 @@ class Batch:
         self.network, self.canvas, self.stop_early, self.max_steps = network, canvas, stop_early, max_steps
         self.x = canvas.tokens.clone()
         self.answer = self.x == canvas.mask_id
+        # masked positions left for good: no step runs for them (a block walk's rule ran out of steps, as
+        # LLaDA2.0's generate moves on from a block whose draws left the mask token in it)
+        self.left = torch.zeros_like(self.answer)
         batch, self.length = self.x.shape
         device = self.x.device
         self.reveal_step = torch.full_like(self.x, -1)
@@ -78,7 +81,7 @@ class Batch:
 
     def __iter__(self) -> Iterator[Step]:
         while True:
-            masked = self.x == self.canvas.mask_id
+            masked = (self.x == self.canvas.mask_id) & ~self.left
             running = masked.any(1) & self.active
             if self.max_steps is not None:
                 running &= self.steps < self.max_steps

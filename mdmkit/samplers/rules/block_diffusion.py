@@ -1,7 +1,12 @@
 """Block diffusion decoding (Fast-dLLM v2; LLaDA2.0's generate): finished blocks in an exact KV cache, sub-blocks
 filled by any rule. The walk itself is core/block_walk.py; this is the sampler: its settings and the refusal of a
 network that does not attend block-causally. docs/samplers.md ("Block diffusion") explains `block_cache` (an
-approximation) and `prompt_block_unseen`.
+approximation), `prompt_block_unseen` and `attention_block`.
+
+`attention_block`: Fast-dLLM v2's generate commits a block (and prefills the prompt) with a forward told its
+`block_size`, but runs the steps that fill a block without it, so its forward's default of 32 shapes their mask: with
+blocks of 64 the first 32 positions of a block do not see the last 32. The `fast_dllm_v2` preset sets 32 to reproduce
+that; null (the default) lets every position see its whole block, the same thing for blocks that divide 32.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ class BlockDiffusionSampler(Sampler):
     block_cache: bool = False  # Fast-dLLM v2's sub-block cache (an approximation, see the module)
     prompt_block_unseen: bool = False  # as the reference generate: a prompt exactly one block long is not seen
     commit_reveals: bool = True  # the committing forward reveals the next block's first token (False: the rule does)
+    # the forwards that fill a block attend block-causally in groups of this many positions (from position 0) inside
+    # it, instead of over the whole block: 32 is Fast-dLLM v2's generate at any block_size (see the module)
+    attention_block: int | None = None
 
     requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})
 
@@ -40,6 +48,8 @@ class BlockDiffusionSampler(Sampler):
         require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")
         require(1 <= self.sub_block <= self.block_size and self.block_size % self.sub_block == 0,
                 f"sub_block={self.sub_block} must divide block_size={self.block_size}")
+        require(self.attention_block is None or self.attention_block >= 1,
+                f"attention_block={self.attention_block} must be >= 1 or null")
         # (a rule without blocks has no cache of its own either: the masked loop's caches need block_length)
         require(not isinstance(self.rule, MaskedSampler) or self.rule.block_length is None,
                 "rule.block_length must be null: the rule fills one sub-block")

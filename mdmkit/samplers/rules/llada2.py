@@ -1,9 +1,11 @@
 """LLaDA2.0's rule inside a block: draw every position, reveal what clears the threshold, at least a schedule's count.
 
 The rule of the model's own `generate` (hub modeling_llada2_moe.py), run by block diffusion (`sampler=llada2`). A step
-draws every position of the block with one `torch.multinomial` from the canvas generator, as the reference does, so
-seeded runs agree; the hub's `temperature=0` still draws, which is `temperature: 1.0` here (mdmkit's 0 takes the
-argmax), and the mask token is never chosen. docs/samplers.md ("LLaDA2.0") has the rule step by step.
+draws every position of the block with one `torch.multinomial` from the canvas generator over the whole softmax, as
+the reference does, so seeded runs agree; the hub's `temperature=0` still draws, which is `temperature: 1.0` here
+(mdmkit's 0 takes the argmax). As there, the mask token can be drawn: a position revealed with it stays masked (and
+is drawn again), and one still masked when the block's steps run out is left masked. `mask_never_drawn` keeps the
+mask token out of the draw instead. docs/samplers.md ("LLaDA2.0") has the rule step by step.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Llada2Sampler(Sampler):
     temperature: float = 0.0
     top_p: float = 1.0
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
+    mask_never_drawn: bool = False  # True: the draw leaves the mask token out, so every revealed position is filled
 
     def validate(self) -> None:
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")
@@ -77,20 +80,27 @@ class Llada2Sampler(Sampler):
             best = torch.topk(score, int(count.max()), dim=1).indices
             ranked = torch.zeros_like(above).scatter_(1, best, torch.arange(best.shape[1], device=best.device)[None]
                                                       < count[:, None])
-            batch.reveal(step, torch.where((above.sum(1) >= count)[:, None], above, ranked), tokens)
+            chosen = torch.where((above.sum(1) >= count)[:, None], above, ranked)
+            # a chosen position that drew the mask token is written with it, as the reference does: it stays masked
+            batch.reveal(step, chosen & (tokens != mask_id), tokens)
             batch.end(step)
         return batch.result()
 
     def _draw(self, probs: torch.Tensor, raw: torch.Tensor, mask_id: int,
               generator: torch.Generator | None) -> torch.Tensor:
-        """A token per position [R, W] from `probs` [R, W, V] without the mask token (one multinomial over every
-        position, or the most probable at temperature 0; `raw` the unfiltered logits)."""
-        weights = probs.clone()
-        weights[..., mask_id] = 0.0
-        empty = weights.sum(-1) == 0  # the filters left only the mask token: the best other token
-        if bool(empty.any()):
-            fallback = raw.index_fill(-1, torch.tensor([mask_id], device=raw.device), float("-inf"))
-            weights[empty] = torch.nn.functional.one_hot(fallback[empty].argmax(-1), probs.shape[-1]).to(probs.dtype)
+        """A token per position [R, W] from `probs` [R, W, V]: one multinomial over every position (the reference's
+        single call, so its random numbers), or the most probable at temperature 0; with `mask_never_drawn` the
+        mask token's weight is zeroed first (`raw`, the unfiltered logits, pick the best other token where the
+        filters left only the mask token)."""
+        weights = probs
+        if self.mask_never_drawn:
+            weights = probs.clone()
+            weights[..., mask_id] = 0.0
+            empty = weights.sum(-1) == 0
+            if bool(empty.any()):
+                fallback = raw.index_fill(-1, torch.tensor([mask_id], device=raw.device), float("-inf"))
+                weights[empty] = torch.nn.functional.one_hot(fallback[empty].argmax(-1),
+                                                             probs.shape[-1]).to(probs.dtype)
         if self.temperature == 0.0:
             return weights.argmax(-1)
         flat = torch.multinomial(weights.view(-1, weights.shape[-1]), 1, generator=generator)
