@@ -138,6 +138,8 @@ def test_cli_unknown_key_is_one_clear_message(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert result.stderr.strip() == ("error: model.n_layer: model has no key 'n_layer' (did you mean model.n_layers? "
                                      "valid: _target_, d_model, dropout, mlp_ratio, n_heads, n_layers, positions)")
+    top = run_cli("train.py", "sed=3", cwd=tmp_path)  # a top-level key's suggestion has no leading dot
+    assert top.returncode != 0 and "error: sed: train has no key 'sed' (did you mean seed? valid: " in top.stderr
 
 
 @pytest.mark.parametrize("override, message", [

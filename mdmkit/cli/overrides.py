@@ -75,5 +75,5 @@ def check_known_keys(config_name: str, argv: list[str]) -> None:
     node = OmegaConf.select(composed, parent) if parent else composed
     valid = sorted(str(k) for k in node) if isinstance(node, DictConfig) else []
     close = difflib.get_close_matches(name, valid, n=1)
-    hint = f"did you mean {parent}.{close[0]}? " if close else ""
+    hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
     raise ConfigError(f"{key}: {parent or config_name} has no key '{name}' ({hint}valid: {', '.join(valid)})")
