@@ -45,12 +45,13 @@ def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) 
 def load_text_model(name_or_path: str, kind: str = "generic", *,
                     dtype: Literal["float32", "float16", "bfloat16"] = "float32", device: str = "cpu",
                     max_length: int | None = None, trust_remote_code: bool = False,
-                    adapter: str | None = None) -> TextModel:
+                    adapter: str | None = None, adapter_any_base: bool = False) -> TextModel:
     """A Hugging Face model directory or hub name with its tokenizer (`kind`: a registered model kind,
     `mdmkit.models.llm.registry.kind_names()`), as `evaluate.py ckpt=... hf.kind=...` loads it; `adapter`: a LoRA
-    adapter directory merged into its weights."""
+    adapter directory merged into its weights (one mdmkit saved is refused on other weights than its base's unless
+    `adapter_any_base`)."""
     config = HFModelConfig(kind=kind, dtype=dtype, max_length=max_length, trust_remote_code=trust_remote_code,
-                           adapter=adapter)
+                           adapter=adapter, adapter_any_base=adapter_any_base)
     return _load_text_model(name_or_path, config, device)
 
 

@@ -21,6 +21,7 @@ class HFModelConfig(Validated):
     trust_remote_code: bool = False  # a kind with a native network (llada, dream, ...) always loads mdmkit's own
     max_length: int | None = None  # prompt + generation tokens, longer prompts cut from the left; None: the model's
     adapter: str | None = None  # a LoRA adapter directory (peft's format, e.g. a fine-tuning run's adapter/) merged in
+    adapter_any_base: bool = False  # merge an mdmkit adapter into other weights of its kind than those it trained on
 
     def validate(self) -> None:
         from mdmkit.models.llm.registry import kind_names, model_kind  # torch: imported when a config is checked

@@ -45,7 +45,7 @@ from mdmkit.models.llm.registry import model_kind
 if TYPE_CHECKING:
     from lm_eval.api.instance import Instance
 
-_MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length", "adapter"}
+_MODEL_KEYS = {"kind", "dtype", "trust_remote_code", "max_length", "adapter", "adapter_any_base"}
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval asks for unless --device says otherwise
 
 

@@ -41,7 +41,7 @@ def load_text_model(name_or_path: str, config: HFModelConfig, device: str) -> Te
     network, tokenizer = load_model(name_or_path, config.kind, trust_remote_code=config.trust_remote_code,
                                     dtype=config.dtype, device=device)
     if config.adapter is not None:
-        load_adapter(network, config.adapter)
+        load_adapter(network, config.adapter, config.kind, config.adapter_any_base)
     positions = position_limit(network)
     if config.max_length is not None and positions is not None:
         require(config.max_length <= positions, f"hf.max_length={config.max_length} is more than the "

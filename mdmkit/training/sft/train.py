@@ -7,6 +7,7 @@ tokenizer: `evaluate.py ckpt=<run>/model hf.kind=<kind>` and the model's own cod
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from mdmkit.io.results import append_record
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.export import save_hub_checkpoint
 from mdmkit.models.llm.hf import load_native
-from mdmkit.models.llm.lora import merged_weights, save_adapter
+from mdmkit.models.llm.lora import Rounding, merged_weights, rounding, save_adapter
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.preflight import TrainingPlan
 from mdmkit.training.sft.config import SFTConfig
@@ -53,13 +54,25 @@ def network_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def plain_network(weights: dict[str, torch.Tensor], config: Any, sft: SFTConfig) -> DiffusionLM:
-    """The trained network from its weights, LoRA merged in."""
+    """The trained network from its weights, LoRA merged in, in float32: exactly the base plus the adapter, whatever
+    dtype the base trained in (the save casts it to `save_dtype`)."""
     if sft.lora is not None:
         weights = merged_weights(weights, sft.lora.scaling)
+    weights = {name: tensor.float() for name, tensor in weights.items()}
     with torch.device("meta"):
         network = DiffusionLM(config)
     network.load_state_dict(weights, assign=True)
     return network.eval()
+
+
+def _report_rounding(lost: Rounding, save_dtype: str) -> None:
+    """How much of the adapter a lower-precision model/ keeps: a warning once the update is off by over a percent."""
+    line = (f"model/ in save_dtype={save_dtype}: {lost.describe()}. The base with adapter/ is the exact model; "
+            "save_dtype=float32 saves it exactly")
+    if lost.error > 0.01:
+        print(f"warning: {line}", file=sys.stderr)
+    else:
+        print(line)
 
 
 def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -> str:
@@ -111,14 +124,16 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
         return summary
     weights = network_weights(state)
     trained = plain_network(weights, network.config, sft)
-    checkpoint = save_hub_checkpoint(trained, output_dir / "model", sft.kind, source=sft.model,
-                                     dtype=getattr(torch, run.save_dtype))
+    save_dtype = getattr(torch, run.save_dtype)
+    checkpoint = save_hub_checkpoint(trained, output_dir / "model", sft.kind, source=sft.model, dtype=save_dtype)
     print(f"saved: {checkpoint} (hub layout: evaluate.py ckpt={checkpoint} hf.kind={sft.kind})")
+    if sft.lora is not None and save_dtype != torch.float32:
+        _report_rounding(rounding(weights, sft.lora.scaling, save_dtype), run.save_dtype)
     if sft.lora is not None and sft.save_adapter:
-        adapter = save_adapter(weights, sft.lora, output_dir / "adapter", base=sft.model)
+        adapter = save_adapter(weights, sft.lora, output_dir / "adapter", base=sft.model, kind=sft.kind)
         print(f"saved: {adapter} (the LoRA adapter alone, peft's format)")
     if run.evaluate_after_training and not ran_fast_dev_run(trainer) and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
-        _evaluate(plan, sft, trained, tokenizer, task, checkpoint, summary)
+        _evaluate(plan, sft, trained.to(save_dtype), tokenizer, task, checkpoint, summary)  # the weights as saved
     return summary
