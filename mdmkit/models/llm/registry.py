@@ -43,6 +43,21 @@ def _no_tokenizer_options(trust_remote_code: bool) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class ExampleModel:
+    """How a tiny model of a kind is made to try the commands offline (`mdmkit.models.llm.tiny`). Its tokenizer is
+    the 256 bytes, then `specials` (end of text first; `bos` one of them or None), then the `mask` token, with
+    `chat_template`; `declare_mask`: the tokenizer names `mask` as its mask token (Dream's does, LLaDA's does not).
+    `config`: the config.json of a small network from the vocabulary size and the special tokens' ids."""
+
+    config: Callable[[int, Mapping[str, int]], dict[str, Any]]
+    specials: tuple[str, ...]
+    mask: str
+    chat_template: str
+    bos: str | None = None
+    declare_mask: bool = False
+
+
+@dataclass(frozen=True)
 class ModelKind:
     """What one kind of model is. `architecture`: its hub format, for kinds that load into mdmkit's own network
     (None: the model runs through transformers). `declares`: whether a config.json says it is of this kind (a
@@ -50,7 +65,7 @@ class ModelKind:
     mask id when config.json names none. `decoding`: "causal" kinds decode left to right (NTP / SBD samplers).
     `lora`: LoRA adapters attach to its blocks' plain module names. `export`: it saves back in the hub layout.
     `sft_normalize`: the loss normalisation of its published fine-tuning recipe (None: not fine-tunable here).
-    `shapes`: real-size configs by name, for the benchmarks."""
+    `shapes`: real-size configs by name, for the benchmarks. `example`: a tiny model of it that users can make."""
 
     name: str
     load: Loader
@@ -65,6 +80,7 @@ class ModelKind:
     export: bool = False
     sft_normalize: Literal["sequence", "tokens"] | None = None
     shapes: Mapping[str, DiffusionLMConfig] = field(default_factory=dict)
+    example: ExampleModel | None = None
 
     @property
     def default_sampler(self) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mdmkit.core.errors import CheckpointError
 from mdmkit.models.llm.diffusion_lm import DiffusionLMConfig
 from mdmkit.models.llm.hf import load_native
 from mdmkit.models.llm.hub_format import Architecture, ConfigFields, layered_names
-from mdmkit.models.llm.registry import ModelKind, register_kind
+from mdmkit.models.llm.registry import ExampleModel, ModelKind, register_kind
 
 MASK_ID = 126336  # LLaDA's [MASK] id (its model card, generate.py and config.json's mask_token_id)
 HEAD = "model.transformer.ff_out.weight"
@@ -71,10 +72,31 @@ ARCHITECTURE = Architecture(
     HEAD,
 )
 
+# LLaDA-8B-Instruct's tokenizer_config.json chat template: a header per turn, the BOS first, the assistant's header last
+CHAT_TEMPLATE = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+                 "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+                 "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+                 "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}")
+
+
+def example_config(vocab_size: int, ids: Mapping[str, int]) -> dict[str, Any]:
+    """A 4-layer LLaDA config.json (width 128, 1024 positions) with the hub config's fields."""
+    return {"architectures": ["LLaDAModelLM"], "model_type": "llada", "block_type": "llama", "activation_type": "silu",
+            "layer_norm_type": "rms", "layer_norm_with_affine": True, "rope": True, "rope_full_precision": True,
+            "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "alibi": False, "include_bias": False,
+            "include_qkv_bias": False, "weight_tying": False, "d_model": 128, "n_heads": 4, "n_kv_heads": 4,
+            "n_layers": 4, "mlp_hidden_size": 384, "mlp_ratio": 3, "max_sequence_length": 1024,
+            "vocab_size": vocab_size, "embedding_size": vocab_size, "mask_token_id": ids["<|mdm_mask|>"],
+            "eos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|endoftext|>"], "use_cache": False}
+
+
 KIND = register_kind(ModelKind(
     "llada", load_native, "LLaDA: bidirectional masked diffusion, mdmkit's own network",
     architecture=ARCHITECTURE, declares=declares, lora=True, export=True, sft_normalize="sequence",
     shapes={"llada-8b": DiffusionLMConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
                                           mlp_hidden=12288, mask_id=126336, rope_theta=500000.0, rms_eps=1e-5,
                                           max_positions=4096)},
+    example=ExampleModel(example_config, ("<|endoftext|>", "<|startoftext|>", "<|start_header_id|>",
+                                          "<|end_header_id|>", "<|eot_id|>"), "<|mdm_mask|>", CHAT_TEMPLATE,
+                         bos="<|startoftext|>"),
 ))
