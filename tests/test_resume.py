@@ -177,3 +177,27 @@ def test_the_training_loader_goes_on_at_the_step_reached_and_pins_batches_for_a_
                               strategy=SimpleNamespace(root_device=torch.device(device)))
     loader = step_indexed_loader(trainer, (torch.arange(10),), 2, seed=0)
     assert loader.dataset.start_step == 6 and loader.pin_memory is (device == "cuda")
+
+
+def test_a_run_resumed_after_a_crash_within_a_step_validates_on_its_steps(tmp_path: Path, monkeypatch) -> None:
+    """A checkpoint written by a crash (Ctrl-C, SIGTERM) during a step left Lightning's batch counter a batch ahead:
+    the resumed run validated a step early (after steps 9 and 14 instead of 10 and 15)."""
+    from lightning.pytorch.callbacks import Callback
+
+    import mdmkit.training.train as training
+
+    class CrashInStep8(Callback):
+        def on_train_batch_start(self, trainer, *args) -> None:
+            if trainer.global_step == 7:
+                raise RuntimeError("crash in step 8")
+
+    monkeypatch.setattr(training, "progress_callback", CrashInStep8)  # in the place of the progress bar
+    with pytest.raises(RuntimeError, match="crash in step 8"):
+        _train(tmp_path, "trainer.max_steps=20", "trainer.val_check_interval=5", "trainer.enable_progress_bar=true")
+    assert torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=False)["global_step"] == 7
+    monkeypatch.undo()
+    _train(tmp_path, "trainer.max_steps=15", "trainer.val_check_interval=5",
+           f"ckpt_path={tmp_path}/checkpoints/last.ckpt")
+    assert _steps(tmp_path / "csv/version_0/metrics.csv", "val/loss") == [4]  # logged at the step before, as ever
+    assert _steps(tmp_path / "csv/version_1/metrics.csv", "val/loss") == [9, 14]  # was [8, 13]
+    assert _steps(tmp_path / "csv/version_1/metrics.csv", "train/loss") == list(range(7, 15))

@@ -70,6 +70,34 @@ class LogAtGlobalStep(Callback):
             loop._batches_that_stepped = trainer.global_step
 
 
+class BatchesFromGlobalStep(Callback):
+    """Validate every `val_check_interval` steps counted from step 0 after a resume too.
+
+    Lightning decides when to validate (and when to step under gradient accumulation) by batch counters of its own,
+    which a checkpoint saved mid-batch (Ctrl-C, SIGTERM, a crash) restores a batch ahead: resumed from step 11 with
+    validation every 5 steps, a run validated after steps 14 and 19 instead of 15 and 20. At the first batch of each
+    call the counters are set from the global step, where the training loader goes on from too
+    (`datamodule.step_indexed_loader`). Goes beside `LogAtGlobalStep`, which does the same for the logged step.
+    """
+
+    def __init__(self) -> None:
+        self.counted = False
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.counted = False
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if self.counted:
+            return
+        self.counted = True
+        progress = trainer.fit_loop.epoch_loop.batch_progress  # this batch is counted ready, not yet started
+        shift = trainer.global_step * trainer.accumulate_grad_batches - progress.total.completed
+        for counter in (progress.total, progress.current):  # `current`: this epoch's, which a resume resets
+            counter.completed = max(0, counter.completed + shift)
+            counter.reset_on_restart()  # every stage at `completed`
+            counter.ready += 1
+
+
 class StepProgressBar(RichProgressBar):
     """Rich's bar without `Epoch 0/-2`: training is a number of steps over an endless stream, not epochs. It
     counts steps up to `max_steps` (Lightning's counts a resumed run's steps against the steps left: 20/10)."""

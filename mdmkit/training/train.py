@@ -31,6 +31,7 @@ from mdmkit.io.results import append_record
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.training.callbacks import (
     AnnealByTime,
+    BatchesFromGlobalStep,
     CallTimer,
     LogAtGlobalStep,
     RunCheckpoints,
@@ -42,6 +43,7 @@ from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import TrainingPlan
 from mdmkit.training.resume import require_resumable, wandb_run_id
 from mdmkit.training.run_config import DataConfig, RunConfig
+from mdmkit.training.run_record import CALLS_FILE, RunHistory, ValidationLosses
 
 
 def _loggers(plan: TrainingPlan, output_dir: Path) -> list[Any]:
@@ -58,9 +60,6 @@ def _loggers(plan: TrainingPlan, output_dir: Path) -> list[Any]:
             getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         loggers.append(logger)
     return loggers
-
-
-CALLS_FILE = "calls.jsonl"  # in a run directory: one line per call of `fit` (seconds, the step it reached)
 
 
 def _finish_wandb() -> None:
@@ -139,7 +138,8 @@ def _time_limit(plan: TrainingPlan) -> list[Callback]:
 def fit(plan: TrainingPlan, module: L.LightningModule, datamodule: L.LightningDataModule, output_dir: Path,
         banner: str, on_start: Callable[[], None] | None = None) -> tuple[L.Trainer, float]:
     """Check a resume, call `on_start`, build the trainer (checkpoints, loggers), print `banner`, fit: returns
-    the trainer and the seconds."""
+    the trainer and the seconds of training over every call of the run (`calls.jsonl`; on other ranks than 0,
+    this call's)."""
     check_resume(plan, module)
     if on_start is not None:
         on_start()
@@ -147,7 +147,8 @@ def fit(plan: TrainingPlan, module: L.LightningModule, datamodule: L.LightningDa
     every = plan.run.checkpoint_every
     checkpoints = RunCheckpoints(output_dir / "checkpoints", keep_every=every is not None,
                                  every=every or (interval if isinstance(interval, int) else None))
-    callbacks: list[Callback] = [LogAtGlobalStep(), checkpoints]
+    validations = ValidationLosses()
+    callbacks: list[Callback] = [LogAtGlobalStep(), BatchesFromGlobalStep(), checkpoints, validations]
     shown = plan.trainer.get("enable_progress_bar", True)
     if shown:
         callbacks.append(progress_callback())
@@ -171,8 +172,9 @@ def fit(plan: TrainingPlan, module: L.LightningModule, datamodule: L.LightningDa
         finally:
             seconds = time.perf_counter() - started
             if trainer.is_global_zero:  # every call's time, finished or not (scripts/training_report.py adds them)
-                append_record(output_dir / CALLS_FILE, {"seconds": seconds, "global_step": trainer.global_step})
-        return trainer, seconds
+                append_record(output_dir / CALLS_FILE, {"seconds": seconds, "global_step": trainer.global_step,
+                                                        **validations.record()})
+        return trainer, RunHistory.read(output_dir).seconds if trainer.is_global_zero else seconds
     except MisconfigurationException as error:
         raise ConfigError(f"trainer: {error}") from None
     finally:
