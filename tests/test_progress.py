@@ -60,6 +60,21 @@ def test_training_progress_lines_give_step_loss_rate_and_time_left(capsys: pytes
     assert capsys.readouterr().out == ""  # one process prints
 
 
+def test_each_validation_writes_a_line_with_its_loss(capsys: pytest.CaptureFixture) -> None:
+    clock = Clock()
+    lines = ProgressLines(every_s=30.0, clock=clock)
+    trainer = SimpleNamespace(global_step=0, max_steps=400, is_global_zero=True, sanity_checking=False,
+                              callback_metrics={"train/loss": 2.5})
+    lines.on_train_start(trainer)
+    trainer.global_step, clock.now = 200, 100.0
+    trainer.callback_metrics["val/loss"] = 1.87654
+    lines.on_validation_end(trainer)
+    assert capsys.readouterr().out == "step 200/400 | loss 2.5000 | val loss 1.8765 | 2.00 steps/s | 0:01:40 left\n"
+    trainer.global_step, clock.now = 230, 130.0  # the next periodic line keeps the last validation's loss
+    lines.on_train_batch_end(trainer)
+    assert "| val loss 1.8765 |" in capsys.readouterr().out
+
+
 def test_training_and_sampling_write_progress_lines_when_the_output_is_a_file(tmp_path: Path,
                                                                              capsys: pytest.CaptureFixture) -> None:
     from mdmkit.training.preflight import plan_training

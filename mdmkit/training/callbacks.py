@@ -114,7 +114,8 @@ class StepProgressBar(RichProgressBar):
 
 class ProgressLines(Callback):
     """Progress for a log file (nohup, SLURM), where a bar shows only its last frame: a line with the step, the
-    loss, the rate and the time left every `every_s` seconds of training, and one at the end. `clock`: seconds."""
+    loss, the last validation loss, the rate and the time left every `every_s` seconds of training, after each
+    validation, and at the end. `clock`: seconds."""
 
     def __init__(self, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s, self.clock = every_s, clock
@@ -129,6 +130,10 @@ class ProgressLines(Callback):
         if self.clock() - self.printed >= self.every_s:
             self._line(trainer)
 
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if not trainer.sanity_checking:
+            self._line(trainer)
+
     def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:
         self._line(trainer)
 
@@ -139,9 +144,10 @@ class ProgressLines(Callback):
         step, total = trainer.global_step, trainer.max_steps
         rate = (step - self.start[0]) / max(now - self.start[1], 1e-9)
         parts = [f"step {step}/{total}" if total and total > 0 else f"step {step}"]
-        loss = trainer.callback_metrics.get("train/loss")
-        if loss is not None:
-            parts.append(f"loss {float(loss):.4f}")
+        for name, shown in (("train/loss", "loss"), ("val/loss", "val loss")):
+            value = trainer.callback_metrics.get(name)
+            if value is not None:
+                parts.append(f"{shown} {float(value):.4f}")
         parts.append(f"{rate:.2f} steps/s")
         if total and total > step and rate > 0:
             parts.append(f"{_clock_time((total - step) / rate)} left")
