@@ -21,7 +21,8 @@ from mdmkit.models.llm.hf import load_native
 from mdmkit.models.llm.lora import add_lora, load_adapter, save_adapter
 from mdmkit.objectives import MaskedDiffusionLoss
 from mdmkit.training.sft.config import SFTConfig
-from mdmkit.training.sft.data import Pair, encode, read_pairs
+from mdmkit.training.sft.data import encode
+from mdmkit.training.sft.pairs import Pair, read_pairs
 from mdmkit.training.sft.train import plain_network
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))

@@ -130,6 +130,7 @@ def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
     if not isinstance(node, DictConfig):
         node = OmegaConf.create(node)
     require("_target_" in node, f"{where}: config has no _target_")
+    require_given(node, where)
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as error:
@@ -141,6 +142,25 @@ def build(node: DictConfig | dict, where: str, **kwargs: Any) -> Any:
             valid = ", ".join(k for k in _target_keys(node) if k not in kwargs)
             raise ConfigError(f"{where}: unknown key '{match.group(1)}' (valid keys: {valid})") from None
         raise ConfigError(f"{where}: cannot build {node['_target_']}: {cause}") from None
+
+
+def require_given(node: DictConfig | dict, where: str = "") -> None:
+    """Every `???` of `node` given a value, else one line naming its full key (`sft.model`, not omegaconf's
+    `model`) and how to give it. `where`: the node's own key in the run's config ("" at the top)."""
+    raw = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else node
+    keys = [f"{where}.{key}" if where else key for key in _missing(raw)]
+    if keys:
+        raise ConfigError(f"{keys[0]} has no value (??? in its config): give it on the command line, "
+                          f"{keys[0]}=..." + (f" (also missing: {', '.join(keys[1:])})" if keys[1:] else ""))
+
+
+def _missing(value: Any, key: str = "") -> list[str]:
+    """The full keys of a plain container's `???` values."""
+    if isinstance(value, dict):
+        return [found for name, item in value.items() for found in _missing(item, f"{key}.{name}" if key else name)]
+    if isinstance(value, list):
+        return [found for i, item in enumerate(value) for found in _missing(item, f"{key}[{i}]")]
+    return [key] if value == "???" else []
 
 
 def to_container(node: DictConfig | dict, resolve: bool = True) -> dict[str, Any]:

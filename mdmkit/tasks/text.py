@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from mdmkit.core.config import Validated, require
 from mdmkit.core.errors import DataFormatError
 from mdmkit.tasks.extraction import STOP_PHRASES
+from mdmkit.tasks.hub_access import cached, hub_unreachable, load_from_cache
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,26 @@ class TextTask(Validated):
             root = Path(self.data_dir).expanduser()
             return {split: str(root / name) for split, name in self.source.local_files.items()}
         return None
+
+    def source_of(self, split: str, fix: str) -> str:
+        """Where `split` will load from, told without loading it: its local file, the hub, or the datasets cache
+        where the hub cannot be reached. A missing file, or the hub out of reach with nothing cached, is one line
+        ending in `fix` (the setting that gives the documents another way)."""
+        files = self._files()
+        if files is not None:
+            path = files.get(split)
+            if path is None or not Path(path).is_file():
+                raise DataFormatError(f"{self.name}: no local file for the {split} split "
+                                      f"({path or f'data_files has only {sorted(files)}'} does not exist): {fix}")
+            return path
+        offline = hub_unreachable()
+        if offline is None:
+            return f"the hub ({self.source.path})"
+        if cached(self.source.path):
+            load_from_cache()
+            return f"the datasets cache ({self.source.path}; {offline})"
+        raise DataFormatError(f"{self.name}: its {split} split is on the hub ({self.source.path}), but {offline}: "
+                              f"{fix}")
 
     def _load(self, split: str) -> list[dict]:
         import datasets

@@ -121,6 +121,7 @@ class ProgressLines(Callback):
         self.every_s, self.clock = every_s, clock
         self.start: tuple[int, float] = (0, 0.0)  # (step, clock) training (re)started at
         self.printed = 0.0
+        self.printed_step = -1
 
     def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
         self.start = (trainer.global_step, self.clock())
@@ -135,10 +136,12 @@ class ProgressLines(Callback):
             self._line(trainer)
 
     def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self._line(trainer)
+        if trainer.global_step != self.printed_step:  # else a validation at the last step has just said it
+            self._line(trainer)
 
     def _line(self, trainer: L.Trainer) -> None:
         self.printed = now = self.clock()
+        self.printed_step = trainer.global_step
         if not trainer.is_global_zero:
             return
         step, total = trainer.global_step, trainer.max_steps

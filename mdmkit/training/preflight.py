@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, duration_seconds, require, to_container
+from mdmkit.core.config import build, duration_seconds, require, require_given, to_container
 from mdmkit.core.errors import CheckpointError
 from mdmkit.io.results import check_writable
 from mdmkit.training.run_config import DataConfig, RunConfig
@@ -31,7 +31,8 @@ class TrainingPlan:
     parts it names are built from it where they are used. `run`, `data` and a fine-tuning run's `sft` are its
     settings, typed and checked; `text_task` is a fine-tuning run's task (its training pairs where `sft.train_file`
     gives none, and its test evaluation), built once. `preset`: the `sampler=` option the run was composed with
-    (the CLI reads it from Hydra), named in the row of the test evaluation."""
+    (the CLI reads it from Hydra), named in the row of the test evaluation. `notes`: what the banner says the run
+    will read and evaluate, found by the checks."""
 
     kind: Literal["mdm", "indicator", "sft"]
     config: dict[str, Any]
@@ -40,6 +41,7 @@ class TrainingPlan:
     sft: SFTConfig | None = None
     text_task: TextTask | None = None
     preset: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -48,9 +50,16 @@ class TrainingPlan:
 
 
 def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
-    """The plan of the run `cfg` configures, after every check that needs no weights (one line each)."""
+    """The plan of the run `cfg` configures, after every check that needs no weights (one line each): a value left
+    `???`, the trainer against the devices present (its `precision: auto` resolved in the plan's config), then
+    each kind's own."""
+    from mdmkit.training.accelerator import resolve_trainer
+
+    require_given(cfg)
     config = to_container(cfg)
     run, data = check_run(config)
+    if config.get("trainer"):
+        config["trainer"] = resolve_trainer(config["trainer"])
     indicator = config.get("indicator") is not None
     if indicator or run.evaluate_after_training:
         from mdmkit.core.devices import resolve_device
@@ -59,10 +68,10 @@ def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
     if indicator:
         return TrainingPlan("indicator", config, run, data, preset=preset)
     if config.get("sft") is not None:
-        from mdmkit.training.sft.config import check_sft_components
+        from mdmkit.training.sft.preflight import plan_sft
 
-        sft, task = check_sft_components(config)
-        return TrainingPlan("sft", config, run, data, sft, task, preset)
+        sft = plan_sft(config, run, data, preset)
+        return TrainingPlan("sft", config, run, data, sft.sft, sft.task, preset, sft.notes)
     check_components(config, data)
     return TrainingPlan("mdm", config, run, data, preset=preset)
 

@@ -1,4 +1,5 @@
-"""Prompt-response pairs for fine-tuning: read, rendered with the model's chat template, tokenized, batched.
+"""Prompt-response pairs (pairs.py reads them) as a model trains on them: rendered with its chat template,
+tokenized, batched.
 
 An example is one row of `tokens` (prompt, answer, then EOS padding to the longest pair), its `answer_mask` (True
 from the answer's first token on, padding included: LLaDA's SFT treats the EOS padding as answer, so the model
@@ -8,9 +9,7 @@ a batch pads only as far as LLaDA's per-batch padding does.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -19,57 +18,12 @@ from torch.utils.data import DataLoader
 
 from mdmkit.core.errors import DataFormatError
 from mdmkit.core.seeding import seeded_generator, stream_seed
-from mdmkit.tasks.text import TextTask
+from mdmkit.core.wording import plural
 from mdmkit.training.datamodule import step_indexed_loader
 from mdmkit.training.sft.config import SFTConfig
+from mdmkit.training.sft.pairs import Pair, held_out
 
-Messages = list[dict[str, str]]
 NOISE_SEEDS = 2**62  # a batch's masking noise is drawn from a generator seeded below this
-
-
-@dataclass
-class Pair:
-    prompt: Messages  # the conversation up to the answer (one user turn for a plain prompt)
-    response: str
-
-
-def _pair(record: Any, where: str) -> Pair:
-    if isinstance(record, dict) and isinstance(record.get("prompt"), str) and isinstance(record.get("response"), str):
-        return Pair([{"role": "user", "content": record["prompt"]}], record["response"])
-    messages = record.get("messages") if isinstance(record, dict) else None
-    if isinstance(messages, list) and len(messages) >= 2 and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages):
-        if messages[-1]["role"] != "assistant":
-            raise DataFormatError(f"{where}: the last message is the answer and must have role 'assistant', not "
-                                  f"{messages[-1]['role']!r}")
-        return Pair([dict(m) for m in messages[:-1]], messages[-1]["content"])
-    raise DataFormatError(f"{where}: expected {{\"prompt\": str, \"response\": str}} or {{\"messages\": [{{\"role\", "
-                          "\"content\"}, ...]}} ending in the assistant's answer")
-
-
-def read_pairs(path: str | Path) -> list[Pair]:
-    """The pairs of a JSONL file; a malformed line stops with its file and line number."""
-    path = Path(path).expanduser()
-    pairs = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise DataFormatError(f"{path}:{number}: not JSON ({error})") from None
-            pairs.append(_pair(record, f"{path}:{number}"))
-    if not pairs:
-        raise DataFormatError(f"{path}: no pairs in it")
-    return pairs
-
-
-def task_pairs(task: TextTask) -> list[Pair]:
-    """A text task's training split as pairs: the prompt it evaluates with (no shots), its reference answer."""
-    return [Pair([{"role": "user", "content": task.format_prompt(doc, [])}], task.reference(doc))
-            for doc in task.docs("train")]
 
 
 @dataclass
@@ -159,10 +113,12 @@ class SFTDataModule(L.LightningDataModule):
 
 
 def split_examples(train: Examples, val: Examples | None, val_examples: int) -> tuple[Examples, Examples]:
-    """The training and validation examples: `val` as given, or the last `val_examples` training ones held out."""
+    """The training and validation examples: `val` as given (its first `val_examples`), or the last training ones
+    held out (`val_examples`, at most a fifth of them: `pairs.held_out`)."""
     if val is not None:
         return train, val.subset(slice(0, val_examples))
-    if len(train) <= val_examples:
-        raise DataFormatError(f"{len(train)} training pairs leave none to train on once data.val_examples="
-                              f"{val_examples} are held out for validation: fewer val_examples, or give sft.val_file")
-    return train.subset(slice(0, len(train) - val_examples)), train.subset(slice(len(train) - val_examples, None))
+    if len(train) < 2:
+        raise DataFormatError(f"{plural(len(train), 'training pair')} within sft.max_length: at least 2 are needed "
+                              "(one held out for the validation loss), or give sft.val_file")
+    held = held_out(len(train), val_examples)
+    return train.subset(slice(0, len(train) - held)), train.subset(slice(len(train) - held, None))

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from mdmkit.core.config import require
 from mdmkit.core.devices import resolve_device
-from mdmkit.core.errors import ConfigError
+from mdmkit.core.errors import CheckpointError
+from mdmkit.core.wording import plural, size
 from mdmkit.evaluation.evaluate import format_summary
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.evaluation.resolve import build_sampler
@@ -24,25 +24,26 @@ from mdmkit.evaluation.text_eval import evaluate_text_task
 from mdmkit.io.results import append_record
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.export import save_hub_checkpoint
-from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.hf import load_native, native_tokenizer
 from mdmkit.models.llm.lora import Rounding, merged_weights, rounding, save_adapter
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.preflight import TrainingPlan
+from mdmkit.training.run_record import RunHistory, closing_summary
 from mdmkit.training.sft.config import SFTConfig
-from mdmkit.training.sft.data import Examples, SFTDataModule, encode, read_pairs, split_examples, task_pairs
+from mdmkit.training.sft.data import Examples, SFTDataModule, encode, split_examples
 from mdmkit.training.sft.module import NETWORK_PREFIX, SFTModule
+from mdmkit.training.sft.pairs import read_pairs, task_pairs
 from mdmkit.training.train import fit, ran_fast_dev_run, seed_run
 
 
 def sft_examples(sft: SFTConfig, tokenizer: Any, task: TextTask | None, val_examples: int) -> tuple[Examples, Examples]:
-    """Training and validation examples: `sft.train_file` (else the task's training split), tokenized."""
+    """Training and validation examples: `sft.train_file` (else the task's training split, which the plan made
+    sure of), tokenized."""
     if sft.train_file is not None:
         pairs = read_pairs(sft.train_file)
-    elif task is not None:
-        pairs = task_pairs(task)
     else:
-        raise ConfigError("sft.train_file=null takes the pairs from the run's task, which is no text task "
-                          "(task=gsm8k is)")
+        assert task is not None, "sft.train_file=null without a text task is refused by the plan (preflight)"
+        pairs = task_pairs(task)
     val = encode(read_pairs(sft.val_file), tokenizer, sft) if sft.val_file is not None else None
     return split_examples(encode(pairs, tokenizer, sft), val, val_examples)
 
@@ -75,17 +76,25 @@ def _report_rounding(lost: Rounding, save_dtype: str) -> None:
         print(line)
 
 
-def _banner(module: SFTModule, sft: SFTConfig, train: Examples, val: Examples) -> str:
+def _banner(module: SFTModule, plan: TrainingPlan, train: Examples, val: Examples) -> str:
+    """What the run trains, on what (from where, how much of it held out) and what it evaluates after training."""
+    sft = plan.sft
+    assert sft is not None, "a fine-tuning run's plan"
     total = sum(p.numel() for p in module.network.parameters())
     trained = module.trained_parameters()
-    method = "every weight" if sft.lora is None else f"LoRA r={sft.lora_r} on {','.join(sft.lora_targets)}"
-    lines = [(f"model: {sft.kind} from {sft.model}, {total / 1e6:.1f}M parameters, {trained / 1e6:.2f}M trained "
-              f"({method})"),
-             (f"data: {len(train):,} training pairs, {len(val):,} validation pairs, up to {train.tokens.shape[1]} "
-              "tokens")]
+    method = "every weight" if sft.lora is None else \
+        f"{trained / total:.2%}: LoRA r={sft.lora_r} on {','.join(sft.lora_targets)}"
+    held = ""
+    if sft.val_file is None and len(val) < plan.data.val_examples:
+        held = (f" (data.val_examples={plan.data.val_examples} holds out at most a fifth of the pairs; sft.val_file "
+                "gives a set of your own)")
+    data = plan.notes[:1]  # where the pairs come from
+    lines = [f"model: {sft.kind} from {sft.model}, {size(total)} parameters, {size(trained)} trained ({method})",
+             *data, (f"data: {plural(len(train), 'training pair')}, {plural(len(val), 'validation pair')}{held}, up "
+                     f"to {plural(train.tokens.shape[1], 'token')}")]
     if train.left_out:
-        lines.append(f"data: {train.left_out:,} pairs longer than sft.max_length={sft.max_length} left out")
-    return "\n".join(lines)
+        lines.append(f"data: {plural(train.left_out, 'pair')} longer than sft.max_length={sft.max_length} left out")
+    return "\n".join([*lines, *plan.notes[1:]])
 
 
 def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenizer: Any, task: TextTask,
@@ -111,13 +120,15 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     assert sft is not None, "a fine-tuning run's plan holds its sft settings (preflight.plan_training)"
     seed_run(run)
     task = plan.text_task
-    network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
-    require(sft.max_length <= network.config.max_positions, f"sft.max_length={sft.max_length} is more than the "
-                                                            f"{network.config.max_positions} positions of {sft.model}")
+    try:  # the pairs first: a pair file that leaves nothing to train on stops before the weights load
+        tokenizer = native_tokenizer(Path(sft.model).expanduser(), sft.kind)
+    except CheckpointError as error:
+        raise CheckpointError(f"cannot load the tokenizer of sft.model={sft.model}: {error}") from None
     train, val = sft_examples(sft, tokenizer, task, data.val_examples)
+    network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
     module = SFTModule(config, sft, network.train())
     datamodule = SFTDataModule(train, val, data.batch_size, data.eval_batch_size, run.seed, data.workers)
-    trainer, seconds = fit(plan, module, datamodule, output_dir, _banner(module, sft, train, val), on_start)
+    trainer, seconds = fit(plan, module, datamodule, output_dir, _banner(module, plan, train, val), on_start)
     state = trainer.strategy.lightning_module_state_dict()  # every rank: FSDP gathers the shards to rank 0
     summary: dict[str, Any] = {"train_time_s": seconds, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
@@ -132,8 +143,14 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     if sft.lora is not None and sft.save_adapter:
         adapter = save_adapter(weights, sft.lora, output_dir / "adapter", base=sft.model, kind=sft.kind)
         print(f"saved: {adapter} (the LoRA adapter alone, peft's format)")
+    where = {"model": str(checkpoint)}
+    if sft.lora is not None and sft.save_adapter:
+        where["adapter"] = str(output_dir / "adapter")
     if run.evaluate_after_training and not ran_fast_dev_run(trainer) and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
         _evaluate(plan, sft, trained.to(save_dtype), tokenizer, task, checkpoint, summary)  # the weights as saved
+        where["results"] = f"{run.results_file} (generations: {output_dir / 'generations.jsonl'})"
+    where["resume"] = f"python train.py ckpt_path={output_dir} trainer.max_steps={2 * trainer.global_step}"
+    print(closing_summary(trainer.global_step, RunHistory.read(output_dir), where))
     return summary
