@@ -103,3 +103,39 @@ def test_the_documented_command_trains_on_a_cpu_and_sums_up_the_run(model_dir, p
     assert "done: 4 steps, " in resumed.stdout and " over 2 calls | val loss " in resumed.stdout
     second = json.loads(rows.read_text().splitlines()[-1])
     assert second["train_time_s"] == pytest.approx(sum(call["seconds"] for call in calls))
+
+
+def test_trainer_auto_takes_the_device_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from mdmkit.core.errors import ConfigError
+    from mdmkit.training.accelerator import resolve_trainer
+
+    auto = {"accelerator": "auto", "devices": 1, "precision": "auto"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_trainer(auto) == {**auto, "precision": "32-true"}
+    with pytest.raises(ConfigError, match="trainer: precision=16-mixed needs a GPU"):
+        resolve_trainer({"accelerator": "cpu", "precision": "16-mixed"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_trainer(auto)["precision"] == "bf16-mixed"
+    with pytest.raises(ConfigError, match=r"trainer: devices=4, but this machine has 1 GPU\(s\): trainer.devices=1"):
+        resolve_trainer({"accelerator": "gpu", "devices": 4, "precision": "bf16-mixed"})
+
+
+def test_a_small_pair_file_holds_out_a_fifth_and_counts_read_as_words() -> None:
+    from omegaconf import OmegaConf
+
+    from mdmkit.core.config import require_given
+    from mdmkit.core.errors import ConfigError
+    from mdmkit.core.wording import plural, size
+    from mdmkit.training.sft.pairs import held_out
+
+    assert [held_out(pairs, 64) for pairs in (2, 9, 20, 320, 10_000)] == [1, 1, 4, 64, 64]
+    assert (plural(1, "pair"), plural(1024, "pair")) == ("1 pair", "1,024 pairs")
+    sizes = [size(n) for n in (512, 9_472, 231_424, 999_600, 8_030_261_248)]
+    assert sizes == ["512", "9.47K", "231K", "1.00M", "8.03B"]
+    with pytest.raises(ConfigError, match=r"^sft\.model has no value .* sft\.model=\.\.\. \(also missing: init_from\)"):
+        require_given(OmegaConf.create({"sft": {"model": "???", "kind": "llada"}, "init_from": "???"}))
