@@ -67,6 +67,7 @@ def train_record(records: list[dict], leg: Path, run_dir: Path) -> dict | None:
     if not matching:
         return None
     calls = read_records(leg / CALLS_FILE)  # every call's time, those stopped before their record included
+    # records older than calls.jsonl hold one call's time each (newer ones, the run's over its calls so far)
     seconds = sum(c["seconds"] for c in calls) if calls else sum(r["train_time_s"] for r in matching)
     return {**matching[-1], "train_time_s": seconds, "calls": len(calls) or len(matching),
             "started": started_from(matching[0]["config"])}
