@@ -139,3 +139,20 @@ def test_a_small_pair_file_holds_out_a_fifth_and_counts_read_as_words() -> None:
     assert sizes == ["512", "9.47K", "231K", "1.00M", "8.03B"]
     with pytest.raises(ConfigError, match=r"^sft\.model has no value .* sft\.model=\.\.\. \(also missing: init_from\)"):
         require_given(OmegaConf.create({"sft": {"model": "???", "kind": "llada"}, "init_from": "???"}))
+
+
+def test_an_adapter_of_another_kind_is_refused_before_the_model_loads(model_dir, tmp_path: Path) -> None:
+    from conftest import compose_config
+
+    from mdmkit.core.errors import ConfigError
+    from mdmkit.evaluation.plan import plan_evaluation
+    from mdmkit.models.llm.adapter_base import RECORD
+
+    adapter = tmp_path / "adapter"  # what a Dream run's adapter/ records of its base
+    adapter.mkdir()
+    (adapter / RECORD).write_text(json.dumps({"kind": "dream", "base": "/models/dream", "probe": {}}))
+    cfg = compose_config("evaluate", ["task=gsm8k", f"ckpt={model_dir}", "hf.kind=llada", f"hf.adapter={adapter}",
+                                      f"task.data_dir={BENCHMARK_DATA}", f"results_file={tmp_path}/rows.jsonl"])
+    with pytest.raises(ConfigError, match=r"hf.adapter=.* was trained on a dream model \(/models/dream\), not a llada "
+                                          r"one: evaluate it on that base, ckpt=<its directory> hf.kind=dream"):
+        plan_evaluation(cfg)

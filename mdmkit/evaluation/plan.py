@@ -85,6 +85,8 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
         for sampler in samplers:
             check_decoder(causal, sampler)
         task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation
+        if hf.adapter is not None:
+            _check_adapter_kind(hf.adapter, hf.kind)
     return EvaluationPlan(
         config=config, ckpt=str(ckpt), jobs=tuple(jobs), task=task, task_node=task_node,
         task_fields=None if task_fields is None else frozenset(task_fields), hf=hf, seed=config["seed"],
@@ -104,3 +106,15 @@ def _check_checkpoint_kind(ckpt: str, task: PuzzleTask | TextTask | None) -> Non
         require(not (path / "config.json").is_file(),
                 f"ckpt={ckpt} is a Hugging Face model directory: name a text task and the model's kind, e.g. "
                 "task=gsm8k hf.kind=llada")
+
+
+def _check_adapter_kind(adapter: str, kind: str) -> None:
+    """An adapter mdmkit saved records its base's kind (`adapter_base`): one of another kind than `hf.kind` is
+    refused now, before the model loads, where merging it would stop at its first tensor of another shape."""
+    from mdmkit.models.llm.adapter_base import read_record
+
+    record = read_record(Path(adapter).expanduser()) or {}
+    trained_on = record.get("kind")
+    require(trained_on in (None, kind), f"hf.adapter={adapter} was trained on a {trained_on} model "
+                                        f"({record.get('base') or 'its base'}), not a {kind} one: evaluate it on "
+                                        f"that base, ckpt=<its directory> hf.kind={trained_on}")
