@@ -74,7 +74,8 @@ class RunHistory:
 def closing_summary(steps: int, history: RunHistory, where: dict[str, str]) -> str:
     """The lines a run ends with: its steps, its training time over all its calls, its best and last validation
     loss, and where its results are (`where`: what -> path, in order)."""
-    head = f"done: {steps} steps, {history.seconds / 60:.1f} min of training over {plural(history.calls, 'call')}"
+    minutes = f"{history.seconds / 60:.1f} min of training over {plural(history.calls, 'call')}"
+    head = f"done: {plural(steps, 'step')}, {minutes}"
     validation = history.validation()
     lines = [head + (f" | {validation}" if validation else "")]
     lines += [f"  {what}: {path}" for what, path in where.items()]

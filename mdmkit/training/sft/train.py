@@ -110,7 +110,7 @@ def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenize
     row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": plan.config["sampler"],
            "trained": sft.describe(), **summary, "config": plan.config}
     append_record(plan.run.results_file, row)
-    print(f"[{task.name}] fine-tuned model, {len(task.docs('test'))} test documents: "
+    print(f"[{task.name}] fine-tuned model, {plural(len(task.docs('test')), 'test document')}: "
           f"{format_summary(result.summary())}")
 
 
