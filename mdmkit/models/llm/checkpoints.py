@@ -96,9 +96,9 @@ def load_diffusion_lm(directory: str | Path, kind: str, dtype: torch.dtype = tor
     """The checkpoint in `directory`, read as `kind`, as a `DiffusionLM` in eval mode; `mask_id` as `read_config`'s."""
     from safetensors import SafetensorError, safe_open
 
-    if kind not in kind_names(lambda k: k.architecture is not None):
-        raise CheckpointError(f"kind='{kind}' has no native network (one of "
-                              f"{', '.join(kind_names(lambda k: k.architecture is not None))})")
+    native = kind_names(lambda k: k.architecture is not None)
+    if kind not in native:
+        raise CheckpointError(f"kind='{kind}' has no native network (one of {', '.join(native)})")
     directory = Path(directory).expanduser()
     if not directory.is_dir():
         raise CheckpointError(f"no model directory at {directory}")
