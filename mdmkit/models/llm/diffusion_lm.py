@@ -46,6 +46,8 @@ class DiffusionLMConfig(Validated):
     rotary_dim: int | None = None  # rotate the first this many dims of each head, the rest pass (None: all)
     attend_padding: bool = False  # a key-padding mask is ignored (LLaDA-MoE's code drops every attention mask)
     moe: MoEConfig | None = None  # mixture-of-experts MLPs in the layers it names (moe.py)
+    # each head's width where it is not d_model / n_heads (Qwen3-4B: 32 heads of 128 at width 2560; None: that)
+    head_width: int | None = None
     # the rotary frequencies rounded to the weights' dtype, as in a model cast after loading (`model.to(bfloat16)`
     # casts its frequency buffer too): how LLaDA2.0's model card runs it
     rotary_freqs_rounded: bool = False
@@ -53,10 +55,12 @@ class DiffusionLMConfig(Validated):
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden", "max_positions"):
             require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
-        require(self.d_model % self.n_heads == 0, f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        require(self.head_width is not None or self.d_model % self.n_heads == 0,
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} (or head_width set)")
+        require(self.head_width is None or self.head_width >= 1, f"head_width={self.head_width} must be >= 1 or null")
         require(self.n_heads % self.n_kv_heads == 0,
                 f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
-        require((self.d_model // self.n_heads) % 2 == 0, "rotary positions need an even head dimension")
+        require(self.head_dim % 2 == 0, "rotary positions need an even head dimension")
         require(0 <= self.mask_id < self.vocab_size, f"mask_id={self.mask_id} must be a token id below "
                                                      f"vocab_size={self.vocab_size}")
         require(self.rope_theta > 0 and self.rms_eps > 0, "rope_theta and rms_eps must be > 0")
@@ -69,7 +73,7 @@ class DiffusionLMConfig(Validated):
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_width is None else self.head_width
 
     @property
     def rotated_dims(self) -> int:
@@ -123,11 +127,11 @@ class Attention(nn.Module):
     def __init__(self, config: DiffusionLMConfig) -> None:
         super().__init__()
         self.config = config
-        kv_width = config.n_kv_heads * config.head_dim
-        self.q = nn.Linear(config.d_model, config.d_model, bias=config.qkv_bias)
+        q_width, kv_width = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+        self.q = nn.Linear(config.d_model, q_width, bias=config.qkv_bias)
         self.k = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
         self.v = nn.Linear(config.d_model, kv_width, bias=config.qkv_bias)
-        self.o = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.o = nn.Linear(q_width, config.d_model, bias=False)
         self.q_norm = RMSNorm(config.head_dim, config.rms_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_dim, config.rms_eps) if config.qk_norm else None
 
@@ -147,7 +151,7 @@ class Attention(nn.Module):
         # kv head j serves query heads j * groups ... (j + 1) * groups - 1, read in place (no repeated copy)
         grouped = config.n_kv_heads < config.n_heads
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=grouped)
-        return self.o(y.transpose(1, 2).reshape(batch, length, config.d_model))
+        return self.o(y.transpose(1, 2).reshape(batch, length, config.n_heads * config.head_dim))
 
 
 class Block(nn.Module):
