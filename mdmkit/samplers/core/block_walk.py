@@ -43,6 +43,7 @@ class BlockSettings(Protocol):
     prompt_block_unseen: bool
     commit_reveals: bool
     attention_block: int | None
+    store_finished: bool
 
     @property
     def rule(self) -> BlockRule: ...
@@ -50,7 +51,8 @@ class BlockSettings(Protocol):
 
 def walk_blocks(settings: BlockSettings, network: ForwardCounter, canvas: Canvas) -> Sampled:
     """Fill `canvas` block by block (see the module): a row whose block starts past its committed columns commits
-    them first (one forward), else its rule fills the block's next sub-block."""
+    them first (one forward), else its rule fills the block's next sub-block (and, with `store_finished`, a block
+    that is now full is committed at once, the last one too, before the stop condition is read)."""
     batch = Batch(network, canvas, stop_early=settings.rule.stop_early)
     decode = _Decode(settings, network, batch)
     for step in batch:
@@ -62,6 +64,11 @@ def walk_blocks(settings: BlockSettings, network: ForwardCounter, canvas: Canvas
             rows = rows[behind]
         else:
             decode.fill_sub_blocks(rows, start)
+            if settings.store_finished:
+                end = (start + settings.block_size).clamp(max=decode.length)
+                full = decode.first_open(rows) >= end
+                if bool(full.any()):
+                    decode.commit(rows[full], end[full])
         batch.settle(rows)
     return batch.result()
 

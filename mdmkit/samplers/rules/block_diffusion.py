@@ -23,17 +23,19 @@ from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 from mdmkit.samplers.rules.llada2 import Llada2Sampler
+from mdmkit.samplers.rules.sdar import SdarSampler
 from mdmkit.samplers.rules.threshold import ThresholdSampler
 
 
 @dataclass
 class BlockDiffusionSampler(Sampler):
-    """Block diffusion decoding (see the module). `rule` (any masked sampler without blocks of its own, or LLaDA2.0's
-    rule) fills each sub-block; its temperature and top_p also choose the token each committing forward predicts."""
+    """Block diffusion decoding (see the module). `rule` (any masked sampler without blocks of its own, LLaDA2.0's or
+    SDAR's rule) fills each sub-block; its temperature and top_p also choose the token each committing forward
+    predicts."""
 
     block_size: int = 32
     sub_block: int = 8
-    rule: MaskedSampler | Llada2Sampler = field(
+    rule: MaskedSampler | Llada2Sampler | SdarSampler = field(
         default_factory=lambda: ThresholdSampler(tau=0.9, mask_in_softmax=True))
     block_cache: bool = False  # Fast-dLLM v2's sub-block cache (an approximation, see the module)
     prompt_block_unseen: bool = False  # as the reference generate: a prompt exactly one block long is not seen
@@ -41,6 +43,9 @@ class BlockDiffusionSampler(Sampler):
     # the forwards that fill a block attend block-causally in groups of this many positions (from position 0) inside
     # it, instead of over the whole block: 32 is Fast-dLLM v2's generate at any block_size (see the module)
     attention_block: int | None = None
+    # a block is committed (its keys and values stored) as soon as it is full, the last one too, before the stop
+    # condition is read: one forward more per answer than the next block's start needs (SDAR's generate)
+    store_finished: bool = False
 
     requires: ClassVar[frozenset[str]] = frozenset({KV_CACHE})
 
@@ -50,6 +55,8 @@ class BlockDiffusionSampler(Sampler):
                 f"sub_block={self.sub_block} must divide block_size={self.block_size}")
         require(self.attention_block is None or self.attention_block >= 1,
                 f"attention_block={self.attention_block} must be >= 1 or null")
+        require(not (self.store_finished and self.commit_reveals),
+                "store_finished commits a block before the next one exists: it needs commit_reveals=false")
         # (a rule without blocks has no cache of its own either: the masked loop's caches need block_length)
         require(not isinstance(self.rule, MaskedSampler) or self.rule.block_length is None,
                 "rule.block_length must be null: the rule fills one sub-block")
