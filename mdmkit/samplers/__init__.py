@@ -19,6 +19,7 @@ from mdmkit.samplers.rules.p2_listing import P2ListingSampler
 from mdmkit.samplers.rules.prophet import ProphetSampler
 from mdmkit.samplers.rules.reveal_all import RevealAllSampler
 from mdmkit.samplers.rules.sbd import NTPDecoder, SBDSampler
+from mdmkit.samplers.rules.sdar import SdarSampler
 from mdmkit.samplers.rules.slowfast import SlowFastSampler
 from mdmkit.samplers.rules.speculative import SpeculativeSampler, WindowSampler
 from mdmkit.samplers.rules.steps import DreamStepsSampler, StepsSampler
@@ -47,6 +48,7 @@ __all__ = [
     "SBDSampler",
     "Sampled",
     "Sampler",
+    "SdarSampler",
     "SlowFastSampler",
     "SpeculativeSampler",
     "StepsSampler",
