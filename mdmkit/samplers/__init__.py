@@ -9,9 +9,11 @@ from mdmkit.samplers.rules.block_diffusion import BlockDiffusionSampler
 from mdmkit.samplers.rules.credit import CreditSampler
 from mdmkit.samplers.rules.dus import DUSSampler
 from mdmkit.samplers.rules.eb import EBSampler
+from mdmkit.samplers.rules.editing import EditingSampler
 from mdmkit.samplers.rules.factor import FactorSampler, FastDllmFactorSampler
 from mdmkit.samplers.rules.klass import KlassSampler
 from mdmkit.samplers.rules.llada2 import Llada2Sampler
+from mdmkit.samplers.rules.llada2_1 import Llada21Sampler, M2TSampler
 from mdmkit.samplers.rules.ni import NISampler
 from mdmkit.samplers.rules.oracle import oracle_floor
 from mdmkit.samplers.rules.p2 import P2Sampler
@@ -33,11 +35,14 @@ __all__ = [
     "DUSSampler",
     "DreamStepsSampler",
     "EBSampler",
+    "EditingSampler",
     "FactorSampler",
     "FastDllmFactorSampler",
     "ForwardCounter",
     "KlassSampler",
     "Llada2Sampler",
+    "Llada21Sampler",
+    "M2TSampler",
     "MaskedSampler",
     "NISampler",
     "NTPDecoder",

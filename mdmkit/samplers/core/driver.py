@@ -26,6 +26,7 @@ import torch
 
 from mdmkit.samplers.core.blocks import answer_blocks, enter_blocks
 from mdmkit.samplers.core.counting import CountedNetwork, ForwardCounter, whole_counter
+from mdmkit.samplers.core.editing import PostSteps
 from mdmkit.samplers.core.kv_cache import BlockCache, CacheMode
 from mdmkit.samplers.core.protocol import Canvas, Sampled
 
@@ -55,11 +56,13 @@ class Batch:
 
     `blocks` [B, L] numbers each answer position's block (default: `block_length` answer positions a block, in
     reading order); `cache` and `cache_refresh` are the masked loop's approximate KV cache (kv_cache.py), refreshed as
-    a row enters a block, and every `cache_refresh` steps inside it when set."""
+    a row enters a block, and every `cache_refresh` steps inside it when set. `post_steps` (None: decided tokens are
+    final) lets the rule rewrite the decided tokens of a row's block, which then takes up to that many steps more
+    once full (editing.py): `end` is told whether a step changed any."""
 
     def __init__(self, network: CountedNetwork, canvas: Canvas, *, stop_early: bool,
                  block_length: int | None = None, blocks: torch.Tensor | None = None, max_steps: int | None = None,
-                 cache: CacheMode = "none", cache_refresh: int | None = None) -> None:
+                 cache: CacheMode = "none", cache_refresh: int | None = None, post_steps: int | None = None) -> None:
         self.network, self.canvas, self.stop_early, self.max_steps = network, canvas, stop_early, max_steps
         self.x = canvas.tokens.clone()
         self.answer = self.x == canvas.mask_id
@@ -76,13 +79,14 @@ class Batch:
         self.in_block_steps = torch.zeros_like(self.steps)
         self.block_size = torch.zeros_like(self.steps)
         self.cache_refresh = cache_refresh
+        self.post = None if post_steps is None else PostSteps(post_steps, batch, device)
         self.cache = None if cache == "none" else BlockCache(cache, whole_counter(network, f"cache={cache}"),
                                                              canvas.attention_mask, self.length)
 
     def __iter__(self) -> Iterator[Step]:
         while True:
             masked = (self.x == self.canvas.mask_id) & ~self.left
-            running = masked.any(1) & self.active
+            running = (masked.any(1) if self.post is None else masked.any(1) | self.post.open) & self.active
             if self.max_steps is not None:
                 running &= self.steps < self.max_steps
             rows = running.nonzero().squeeze(1)
@@ -91,7 +95,11 @@ class Batch:
             yield self._start(rows, masked[rows])
 
     def _start(self, rows: torch.Tensor, masked: torch.Tensor) -> Step:
+        previous = self.current_block[rows]
         in_block, entered = enter_blocks(masked, self.block_of[rows], self.current_block, rows)
+        if self.post is not None:  # a row in its post steps stays in its full block
+            in_block, entered = self.post.keep_blocks(rows, in_block, entered, previous, self.block_of[rows],
+                                                      self.current_block)
         self.in_block_steps[rows] = torch.where(entered, 0, self.in_block_steps[rows])
         self.block_size[rows] = torch.where(entered, (masked & in_block).sum(1), self.block_size[rows])
         return Step(rows, self.x[rows], masked, in_block, entered, self.in_block_steps[rows], self.block_size[rows])
@@ -129,12 +137,20 @@ class Batch:
         self.x[rows, span] = tokens
         self.reveal_step[rows, span] = torch.where(revealed, self.steps[rows, None], self.reveal_step[rows, span])
 
-    def end(self, step: Step, settled: torch.Tensor | None = None) -> None:
+    def end(self, step: Step, settled: torch.Tensor | None = None, changed: torch.Tensor | None = None) -> None:
         """Count the step and settle its rows: those whose stop sequence is met in the canvas (or in `settled`
-        [B, L], what of it counts as settled) have their NFE noted and, with `stop_early`, stop."""
-        self.steps[step.rows] += 1
-        self.in_block_steps[step.rows] += 1
-        self.settle(step.rows, settled)
+        [B, L], what of it counts as settled) have their NFE noted and, with `stop_early`, stop. With post steps,
+        `changed` [R] says which rows' step rewrote a decided token, and a block not yet closed is not settled."""
+        rows = step.rows
+        self.steps[rows] += 1
+        self.in_block_steps[rows] += 1
+        if self.post is not None:
+            full = ~((self.x[rows] == self.canvas.mask_id) & step.in_block & ~self.left[rows]).any(1)
+            edited = torch.zeros_like(full) if changed is None else changed
+            closed = self.post.end(rows, step.eligible.any(1), full, edited)
+            settled = (self.x if settled is None else settled).clone()
+            settled[rows] = settled[rows].masked_fill(step.in_block & ~closed[:, None], self.canvas.mask_id)
+        self.settle(rows, settled)
 
     def settle(self, rows: torch.Tensor, settled: torch.Tensor | None = None) -> None:
         """Settle `rows` (see `end`) after a step counted by the sampler's own walk."""

@@ -50,6 +50,8 @@ class StepRule:
 
     needs_hidden = False  # `also` reads the last hidden state (the `hidden_states` capability; no KV cache)
     reads_canvas = False  # `commit` or `also` read every column's logits (else the step computes its span's only)
+    # a revising rule (`revise`): a row takes up to this many steps more on its block once full (core/editing.py)
+    post_steps: int | None = None
 
     def __init__(self, answer: torch.Tensor) -> None:
         columns = answer.any(0).nonzero()  # memory covers the columns of the answer positions only
@@ -82,6 +84,12 @@ class StepRule:
         of the same forward where `needs_hidden`). None: none."""
         return None
 
+    def revise(self, rows: torch.Tensor, span: slice, state: torch.Tensor, choice: torch.Tensor,
+               chosen_prob: torch.Tensor, editable: torch.Tensor) -> torch.Tensor | None:
+        """Bool [R, S]: decided positions of the block (`editable`, all [R, S] over `span`, as the step's `state`,
+        `choice` and its probability) that take the step's choice (a revising rule, `post_steps` set). None: none."""
+        return None
+
 
 class StepRules(StepRule):
     """Several rules on one loop: logits pass through each in turn, a later rule's picks and commits win."""
@@ -90,6 +98,8 @@ class StepRules(StepRule):
         self.rules = rules
         self.needs_hidden = any(rule.needs_hidden for rule in rules)
         self.reads_canvas = any(rule.reads_canvas for rule in rules)
+        limits = [rule.post_steps for rule in rules if rule.post_steps is not None]
+        self.post_steps = max(limits) if limits else None
 
     @staticmethod
     def of(*rules: StepRule | None) -> StepRule | None:
@@ -119,6 +129,12 @@ class StepRules(StepRule):
              hidden: torch.Tensor | None) -> torch.Tensor | None:
         extra = [e for e in (rule.also(rows, state, logits, hidden) for rule in self.rules) if e is not None]
         return torch.stack(extra).any(0) if extra else None
+
+    def revise(self, rows: torch.Tensor, span: slice, state: torch.Tensor, choice: torch.Tensor,
+               chosen_prob: torch.Tensor, editable: torch.Tensor) -> torch.Tensor | None:
+        edits = [e for e in (rule.revise(rows, span, state, choice, chosen_prob, editable) for rule in self.rules)
+                 if e is not None]
+        return torch.stack(edits).any(0) if edits else None
 
 
 def _from_fields(rule: type, sampler: Any) -> Any:
@@ -192,8 +208,9 @@ class MaskedSampler(Sampler):
         needs_hidden = rule is not None and rule.needs_hidden
         require(not needs_hidden or self.cache == "none",
                 f"a rule that reads hidden states needs full forwards: cache={self.cache} must be none")
+        post_steps = None if rule is None else rule.post_steps  # a revising rule: its edits span the whole block
         batch = Batch(network, canvas, stop_early=self.stop_early, block_length=self.block_length, cache=self.cache,
-                      cache_refresh=self.cache_refresh)
+                      cache_refresh=self.cache_refresh, post_steps=post_steps)
         budget, proxy = self.budget(), self.error_proxy()
         columns = torch.arange(batch.length, device=batch.x.device)
         for step in batch:
@@ -201,7 +218,7 @@ class MaskedSampler(Sampler):
             # and so does the network's output layer, unless a rule reads every column; the random order draws one
             # uniform per canvas position, as Dream's code does, so it keeps every column
             eligible = step.eligible
-            span = self._span(eligible)
+            span = self._span(eligible if post_steps is None else step.in_block)
             narrow = rule is None or not rule.reads_canvas
             if needs_hidden:
                 logits, hidden = batch.logits_and_hidden(step)
@@ -212,7 +229,7 @@ class MaskedSampler(Sampler):
                 commit = rule.commit(step.rows, logits, step.masked)
                 if commit is not None:  # these rows reveal every masked position now, past their block
                     eligible = eligible | (commit[:, None] & step.masked)
-                    span = self._span(eligible)
+                    span = self._span(eligible if post_steps is None else eligible | step.in_block)
                 logits = logits[:, span]
             candidates = eligible[:, span]
             raw = logits.float()
@@ -245,6 +262,10 @@ class MaskedSampler(Sampler):
             extra = None if rule is None or narrow else rule.also(step.rows, step.state, full, hidden)
             if extra is not None:
                 reveal |= (extra & eligible)[:, span]
+            edits = None if rule is None else rule.revise(step.rows, span, step.state[:, span], choice, chosen_prob,
+                                                          (step.in_block & ~step.masked)[:, span])
+            if edits is not None:
+                reveal |= edits
             batch.reveal(step, reveal, choice, span)
-            batch.end(step)
+            batch.end(step, changed=None if edits is None else edits.any(1))
         return batch.result()
