@@ -21,11 +21,13 @@ KV_CACHE = "kv_cache"
 HIDDEN_STATES = "hidden_states"
 CAUSAL_HEAD = "causal_head"
 LOGITS_AT = "logits_at"
+CANVAS = "canvas"
 CAPABILITIES = {
     KV_CACHE: "incremental decoding with a KV cache",
     HIDDEN_STATES: "last hidden states and input embeddings",
     CAUSAL_HEAD: "causal blocks that verify drafts (a SpeculativeTransformer)",
     LOGITS_AT: "logits of chosen columns only",
+    CANVAS: "revisable canvases: an encoder KV cache and a canvas decoder (models/canvas.py)",
 }
 AttentionKind = Literal["bidirectional", "block_causal", "causal"]
 

@@ -20,6 +20,7 @@ from mdmkit.samplers.rules.p2 import P2Sampler
 from mdmkit.samplers.rules.p2_listing import P2ListingSampler
 from mdmkit.samplers.rules.prophet import ProphetSampler
 from mdmkit.samplers.rules.reveal_all import RevealAllSampler
+from mdmkit.samplers.rules.revisable import RevisableSampler
 from mdmkit.samplers.rules.sbd import NTPDecoder, SBDSampler
 from mdmkit.samplers.rules.sdar import SdarSampler
 from mdmkit.samplers.rules.slowfast import SlowFastSampler
@@ -50,6 +51,7 @@ __all__ = [
     "P2Sampler",
     "ProphetSampler",
     "RevealAllSampler",
+    "RevisableSampler",
     "SBDSampler",
     "Sampled",
     "Sampler",

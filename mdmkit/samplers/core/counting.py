@@ -13,7 +13,9 @@ from typing import Any, Protocol
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.models.canvas import CanvasSpec
 from mdmkit.models.denoiser import (
+    CANVAS,
     CAUSAL_HEAD,
     HIDDEN_STATES,
     KV_CACHE,
@@ -124,6 +126,34 @@ class ForwardCounter:
         if charged:
             self.charge(rows, network.causal_share, "causal")
         return network.causal(trunk, tokens, order, n_known)
+
+    @property
+    def canvas(self) -> CanvasSpec:
+        """`canvas`: the sizes and end / pad ids of a revisable-canvas network."""
+        return self._network_with(CANVAS).canvas
+
+    def open_canvas(self, prompt: torch.Tensor, keep: torch.Tensor | None) -> Any:
+        """`canvas`: a batch's generation state over its left-padded prompts (nothing runs yet)."""
+        return self._network_with(CANVAS).open(prompt, keep)
+
+    def encode(self, rows: torch.Tensor, state: Any, tokens: torch.Tensor) -> None:
+        """`canvas`: one encoder pass over `tokens` (the prompt, then a finished canvas) of every row of the batch,
+        charged beside NFE as `encoder` (one each) to `rows`, the rows that still need its cache."""
+        network = self._network_with(CANVAS)
+        self.charge(rows, 1.0, "encoder")
+        network.encode(state, tokens)
+
+    def decode(self, rows: torch.Tensor, state: Any, canvas: torch.Tensor,
+               self_conditioning: torch.Tensor | None) -> torch.Tensor:
+        """`canvas`: one decoder forward over the batch's canvases [B, L], counted as a forward of `rows` only: the
+        rows still denoising (the others ride along in the batch, their output unused, as in the reference)."""
+        network = self._network_with(CANVAS)
+        rows = rows.cpu()
+        self.nfe[rows] += 1
+        self.tokens[rows] += canvas.shape[1]
+        if self._on_forward is not None:
+            self._on_forward()
+        return network.decode(state, canvas, self_conditioning)
 
     def share_of(self, other: Any) -> float:
         """Cost of a pass of `other` (a planner, an indicator) in forwards of this network: the ratio of

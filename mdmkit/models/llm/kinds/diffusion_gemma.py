@@ -1,0 +1,164 @@
+"""DiffusionGemma (google/diffusiongemma-*): block diffusion over revisable canvases, run by transformers' own
+`DiffusionGemmaForBlockDiffusion` (no remote code), text only.
+
+A causal encoder reads the prompt and each finished canvas into a KV cache; a bidirectional decoder denoises the next
+canvas over it, fed the previous step's logits. The network here exposes exactly those two passes (capability
+`canvas`, models/canvas.py) and makes them the way transformers' `generate` does (the same masks, positions and
+cache), so that the canvas loop (`sampler=diffusion_gemma`) reproduces that `generate` token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mdmkit.core.errors import CapabilityError, CheckpointError
+from mdmkit.models.canvas import CanvasSpec
+from mdmkit.models.denoiser import CANVAS, AttentionKind
+from mdmkit.models.llm.hf import check_model_source
+from mdmkit.models.llm.registry import ModelKind, register_kind
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the precisions its published weights run in
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+@dataclass
+class _Session:
+    """One batch's generation state: the encoder's cache and the decoder's masks and positions for the next canvas."""
+
+    cache: Any
+    keep: torch.Tensor  # [B, T] bool: the real tokens of everything encoded so far
+    length: int = 0  # positions encoded so far (left padding included)
+    decoder_mask: Any = None  # the decoder's attention masks over the cache and the canvas
+    decoder_positions: torch.Tensor | None = None  # [1, L]
+
+
+class DiffusionGemmaNetwork(nn.Module):
+    """A `DiffusionGemmaForBlockDiffusion` behind the `canvas` capability. `mask_id` is an id past the vocabulary:
+    it marks the positions a caller wants filled and is never fed to the model nor drawn."""
+
+    capabilities = frozenset({CANVAS})
+    attention: AttentionKind = "block_causal"  # finished canvases sit, exactly, in the encoder's cache
+    shifted_logits = False
+
+    model: Any  # DiffusionGemmaForBlockDiffusion (typed loosely: transformers' classes are untyped)
+
+    def __init__(self, model: Any, eos_ids: tuple[int, ...] = (), pad_id: int | None = None) -> None:
+        super().__init__()
+        self.model = model
+        config = model.config
+        self._spec = CanvasSpec(int(config.canvas_length), int(config.text_config.vocab_size), eos_ids, pad_id)
+        self.mask_id = self._spec.vocab_size
+        self._image_ids = {i for i in (getattr(config, name, None) for name in
+                                       ("image_token_id", "boi_token_id", "eoi_token_id")) if i is not None}
+
+    @property
+    def canvas(self) -> CanvasSpec:
+        return self._spec
+
+    @property
+    def vocab_size(self) -> int:
+        return self._spec.vocab_size
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, tokens: torch.Tensor, attn_mask: Any = None) -> torch.Tensor:
+        raise CapabilityError("DiffusionGemma denoises revisable canvases, not masked sequences: decode it with "
+                              "sampler=diffusion_gemma")
+
+    def open(self, prompt: torch.Tensor, keep: torch.Tensor | None) -> _Session:
+        from transformers import DynamicCache
+
+        images = sorted(self._image_ids & set(prompt.unique().tolist()))
+        if images:
+            raise CapabilityError(f"DiffusionGemma runs text only here: the prompt holds image token ids {images}")
+        keep = torch.ones_like(prompt, dtype=torch.bool) if keep is None else keep.bool()
+        cache = DynamicCache(config=self.model.config.get_text_config(decoder=True))
+        return _Session(cache, keep)
+
+    def encode(self, state: _Session, tokens: torch.Tensor) -> None:
+        model, batch, width = self.model, tokens.shape[0], tokens.shape[1]
+        if state.length:  # a finished canvas: its positions follow, all of them real
+            state.keep = nn.functional.pad(state.keep, (0, width), value=True)
+        device = tokens.device
+        positions = torch.arange(state.length, state.length + width, dtype=torch.int32, device=device)[None]
+        shape_only = torch.empty((batch, width, 0), dtype=model.dtype, device=device)
+        masks = model.model.encoder.create_masks_for_generate(config=model.config, inputs_embeds=shape_only,
+                                                              attention_mask=state.keep, cache=state.cache,
+                                                              position_ids=positions)
+        out = model.model.encoder(input_ids=tokens.contiguous(), attention_mask=masks, cache=state.cache,
+                                  position_ids=positions)
+        state.cache, state.length = out.cache, state.length + width
+        length = self._spec.length
+        state.decoder_positions = torch.arange(state.length, state.length + length, dtype=torch.int32,
+                                               device=device)[None]
+        # the decoder's masks depend only on shapes and the padding: made once per canvas (a long dummy, as the
+        # reference passes its canvas, so the mask's dtype is the same)
+        state.decoder_mask = model.model.decoder.create_diffusion_decoder_attention_mask(
+            config=model.config, inputs_embeds=torch.zeros((batch, length, 1), dtype=torch.long, device=device),
+            cache=state.cache, decoder_attention_mask=nn.functional.pad(state.keep, (0, length), value=True))
+
+    def decode(self, state: _Session, canvas: torch.Tensor, self_conditioning: torch.Tensor | None) -> torch.Tensor:
+        model = self.model
+        if self_conditioning is not None:
+            self_conditioning = self_conditioning.to(model.model.decoder.embed_tokens.weight.dtype)
+        out = model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
+                    decoder_attention_mask=state.decoder_mask, cache=state.cache,
+                    decoder_position_ids=state.decoder_positions)
+        return out.logits.float()
+
+
+def end_ids(model: Any) -> tuple[tuple[int, ...], int | None]:
+    """The end-of-text ids and the pad id `generate` uses: its generation config's, else the text config's."""
+    generation, text = getattr(model, "generation_config", None), model.config.text_config
+    eos = _ids(getattr(generation, "eos_token_id", None)) or _ids(text.eos_token_id)
+    pad = getattr(generation, "pad_token_id", None)
+    return eos, int(pad) if pad is not None else (None if text.pad_token_id is None else int(text.pad_token_id))
+
+
+def wrap(model: Any) -> DiffusionGemmaNetwork:
+    """A loaded (or freshly built) `DiffusionGemmaForBlockDiffusion` as mdmkit's network."""
+    eos, pad = end_ids(model)
+    return DiffusionGemmaNetwork(model.eval(), eos, pad)
+
+
+def load(name_or_path: str, kind: ModelKind, *, trust_remote_code: bool = False, dtype: str = "float32",
+         device: str = "cpu", local_files_only: bool | None = None) -> tuple[DiffusionGemmaNetwork, Any]:
+    """A DiffusionGemma directory (or hub name) through transformers' own classes, and its tokenizer (with its chat
+    template); no remote code is ever run."""
+    if dtype not in _DTYPES:
+        raise CheckpointError(f"dtype='{dtype}': DiffusionGemma runs in {' or '.join(_DTYPES)}")
+    check_model_source(name_or_path)
+    local = Path(name_or_path).expanduser()
+    source: str | Path = local if local.is_dir() else name_or_path
+    offline = bool(local_files_only) or isinstance(source, Path)
+    try:
+        from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    except ImportError as error:
+        needs = f"this transformers has no DiffusionGemma ({error}): it needs transformers>=5.25"
+        raise CheckpointError(needs) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+        model: Any = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=offline,
+                                                                     dtype=_DTYPES[dtype])
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"cannot load a DiffusionGemma model from {name_or_path}: {first}") from error
+    return wrap(model.to(device)), tokenizer
+
+
+KIND = register_kind(ModelKind(
+    "diffusion_gemma", load, "DiffusionGemma: revisable block diffusion through transformers' own classes (text)",
+    attention="block_causal",
+    declares=lambda raw: str(raw.get("model_type", "")).lower() == "diffusion_gemma",
+))
