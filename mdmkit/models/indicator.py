@@ -63,7 +63,7 @@ class IndicatorConfig(Validated):
     top_tokens: int = 4  # K1
     top_probs: int = 8  # K2
     width: int = 64
-    n_blocks: int = 2
+    n_blocks: int = 2  # residual blocks: x + W2 GELU(W1 LN(x))
     dropout: float = 0.0
 
     def validate(self) -> None:

@@ -30,9 +30,10 @@ class MaskedDiffusionLoss(Validated):
     of the batch. Prompt/given positions (answer_mask False) are never masked and never scored.
     """
 
-    weighting: Literal["elbo", "uniform"] = "elbo"
+    weighting: Literal["elbo", "uniform"] = "elbo"  # elbo (1/t) or uniform (mean CE over masked tokens)
     t_min: float = 1e-3
     stratified: bool = True
+    # elbo: by answer length, mean over sequences (LLaDA) | tokens: by the batch's answer tokens (Dream SFT)
     normalize: Literal["sequence", "tokens"] = "sequence"
 
     def validate(self) -> None:

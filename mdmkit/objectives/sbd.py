@@ -90,8 +90,9 @@ class SBDLoss(Validated):
     uniformly from `block_size` [lo, hi] per step; `ntp_term=False` is the paper's ablation (Figure 4: NTP logged,
     no gradient); `attention` is `flex` (FlexAttention, GPU), `sdpa` (a bool mask, any device) or `auto`."""
 
-    block_size: tuple[int, int] = (2, 16)
-    ntp_term: bool = True
+    block_size: tuple[int, int] = (2, 16)  # k drawn uniformly per step from [lo, hi] (the paper's range)
+    ntp_term: bool = True  # False: the paper's ablation (NTP logged, no gradient)
+    # flex (FlexAttention, GPU) | sdpa (explicit mask, any device) | auto
     attention: Literal["auto", "sdpa", "flex"] = "auto"
 
     def validate(self) -> None:

@@ -83,9 +83,10 @@ class ArithmeticTask(PuzzleTask):
 
     name = "arithmetic"
 
-    n_ops: int = 3
-    operand_range: tuple[int, int] = (0, 9)
-    operators: str = "+-*"
+    n_ops: int = 3  # operators per problem (1..8): the number of reasoning steps
+    operand_range: tuple[int, int] = (0, 9)  # inclusive range of the operands (0 <= lo <= hi <= 999)
+    operators: str = "+-*"  # any distinct subset of + - * (quote it: * is special in YAML)
+    # left: strictly left to right (easier); precedence: * before + and -, as in Python
     order: Literal["left", "precedence"] = "left"
     cot: bool = True  # false: the answer region is only `#answer$` (an ablation without reasoning steps)
 

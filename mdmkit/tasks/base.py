@@ -119,7 +119,7 @@ class PuzzleTask(Validated):
     seed: int = 0
     cache_dir: str | None = None  # None: default_cache_dir(), resolved when the task is made
     test_file: str | None = None  # evaluate on puzzles from a file instead of the generated test split
-    workers: int = 1
+    workers: int = 1  # processes that generate the splits where the task can (`parallel_generation`); data is the same
 
     def __post_init__(self) -> None:
         if self.cache_dir is None:

@@ -35,6 +35,7 @@ class MazeTask(PuzzleTask):
 
     grid_size: int = 4
     min_path_len: int = 2
+    # path: the cells in order (Nolte et al.); cells: an [ON]/[OFF] label per cell
     answer: Literal["path", "cells"] = "path"
     parallel_generation = True
     stable_prefix = True  # maze i depends on (seed, i) only: evaluation makes the test split alone

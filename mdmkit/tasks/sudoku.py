@@ -43,7 +43,7 @@ class SudokuTask(PuzzleTask):
 
     name = "sudoku"
 
-    n_givens: int | tuple[int, int] = 36
+    n_givens: int | tuple[int, int] = 36  # an int, or an inclusive range [lo, hi] drawn per puzzle
     parallel_generation = True
     stable_prefix = True  # puzzle i depends on (seed, i) only: evaluation makes the test split alone
     symmetries = "digit relabelling, band/stack and row/column permutations, transposition (~1.2e12)"

@@ -32,8 +32,8 @@ class OptimConfig(Validated):
     betas: tuple[float, float] = (0.9, 0.98)
     warmup_steps: int = 500
     min_lr_ratio: float = 0.1
-    anneal_by: str = "max_steps"
-    anneal_time: str | None = None
+    anneal_by: str = "max_steps"  # or max_time: the cosine ends by trainer.max_time where that comes first
+    anneal_time: str | None = None  # with max_time: "DD:HH:MM:SS", the time the decay spans over a resumed run's calls
 
     def validate(self) -> None:
         require(self.lr > 0, f"lr={self.lr} must be > 0")

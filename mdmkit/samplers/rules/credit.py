@@ -63,7 +63,7 @@ class CreditSampler(MaskedSampler):
 
     budget_rule = ConfidenceThreshold
     step_rule = TraceCredit
-    tau: float = 0.9
-    fusion_weight: float = 0.7
-    boost: float = 0.2
-    decay: float = 0.8
+    tau: float = 0.9  # reveal every position whose fused confidence is >= tau (at least the best one)
+    fusion_weight: float = 0.7  # fused logits = logits + fusion_weight * log(1 + credit) (the code's credit_alpha)
+    boost: float = 0.2  # a step's top-1 token gains p ** boost credit (boost_gamma)
+    decay: float = 0.8  # every credit is multiplied by decay each step (decay_beta)

@@ -71,7 +71,7 @@ class DUSSampler(Sampler):
     base: int = 2  # a: each group's stride is the last one divided by a (1: the whole block in one step)
     base_skip: int = 1  # the first stride is the block size // base**base_skip
     defer_below: float = 0.0  # a scheduled position with confidence below this waits for the next group (0: never)
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: argmax; > 0: sample from softmax(logits / T)
     top_p: float = 1.0
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)

@@ -75,9 +75,9 @@ class KlassSampler(MaskedSampler):
     """KLASS: reveal every confident position whose distribution has stopped changing; else the fallback budget."""
 
     step_rule = Stability
-    conf_threshold: float = 0.9
-    kl_threshold: float = 0.01
-    history_length: int = 2
+    conf_threshold: float = 0.9  # a qualifying position's chosen token has probability > conf_threshold
+    kl_threshold: float = 0.01  # ... and its last history_length KL(p_t || p_t-1) are all < kl_threshold
+    history_length: int = 2  # consecutive steps the KL must stay below kl_threshold
     steps: int | None = None  # the fallback: None reveals the most confident one; n: LLaDA's schedule of n steps
 
     def validate(self) -> None:

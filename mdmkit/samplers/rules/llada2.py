@@ -53,7 +53,7 @@ class Llada2Sampler(Sampler):
     steps: int = 32  # at most this many steps per block
     tau: float = 0.95  # reveal every masked position scored above tau when they reach the step's count
     top_k: int = 0  # draw among the k most probable tokens (0: all)
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: argmax; > 0: draw from softmax(logits / T) (the reference's 0 draws: 1.0 here)
     top_p: float = 1.0
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)
     mask_never_drawn: bool = False  # True: the draw leaves the mask token out, so every revealed position is filled

@@ -43,9 +43,9 @@ class NISampler(Sampler):
     parameter share of the base network; 1 for a scorer of unknown size)."""
 
     base: MaskedSampler = field(default_factory=TopKSampler)
-    indicator: Any = None
-    epsilon: float = 0.9
-    indicator_cost: float | None = None
+    indicator: Any = None  # path to indicator.pt (tied to the base checkpoint it was trained on)
+    epsilon: float = 0.9  # 1: the base sampler alone; lower: more reveals per step
+    indicator_cost: float | None = None  # an indicator pass in base forwards (None: its parameter share)
 
     def validate(self) -> None:
         require(0.0 <= self.epsilon <= 1.0, f"epsilon={self.epsilon} must lie in [0, 1]")

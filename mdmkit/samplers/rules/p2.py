@@ -80,12 +80,12 @@ class P2Sampler(Sampler):
     (default: the ratio of parameter counts, or 1 when that is unknown)."""
 
     steps: int = 64
-    eta: float = 1.0
+    eta: float = 1.0  # re-masking strength: 0 never re-masks (greedy ancestral), 1 is RDM
     kappa: str = "linear"  # linear | cosine | sqrt
     score: str = "confidence"  # confidence | random
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: argmax; > 0: Gumbel-max draw from softmax(logits / T)
     planner: Any = None  # tokens [R, L] -> logits [R, L, V]
-    planner_cost: float | None = None
+    planner_cost: float | None = None  # a planner pass in denoiser forwards (None: parameter-count ratio)
 
     def validate(self) -> None:
         require(self.steps >= 1, f"steps={self.steps} must be >= 1")

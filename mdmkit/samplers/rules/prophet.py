@@ -74,11 +74,12 @@ class ProphetSampler(Sampler):
     """`base` (any masked-loop sampler) until the row's mean top-2 logit gap clears the threshold, then all-in."""
 
     base: MaskedSampler = field(default_factory=lambda: StepsSampler(steps=32, block_length=32, mask_in_softmax=True))
-    gap_early: float = 8.0
-    gap_mid: float = 5.0
-    gap_late: float = 3.0
+    gap_early: float = 8.0  # the gap needed while < early_until of the answer is revealed (the paper's thresholds)
+    gap_mid: float = 5.0  # ... while < mid_until
+    gap_late: float = 3.0  # ... after
+    # end of the early phase, as the share of the row's answer already revealed (the code's bounds)
     early_until: float = 0.33
-    mid_until: float = 0.67
+    mid_until: float = 0.67  # end of the middle phase (gap_late from here on)
 
     def validate(self) -> None:
         self.rule()

@@ -69,7 +69,7 @@ class SlowFastSampler(Sampler):
     fast_k: int = 1  # a fast step reveals at least this many positions
     explore_until_stable: bool = False  # true: the fast phase starts as soon as the end is settled (the paper's text)
     span_cache: bool = False  # fast forwards after the first run the canvas only up to the span's end (the code's)
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: argmax; > 0: sample from softmax(logits / T)
     top_p: float = 1.0
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)

@@ -91,8 +91,8 @@ class WindowSampler(Sampler):
 
     window: Literal["linear", "cosine"] = "cosine"
     window_param: float = 0.083  # cosine: ~1/12 of the time per trunk pass
-    ordering: str = "random"
-    temperature: float = 1.0
+    ordering: str = "random"  # random (paper) | confidence | entropy | margin (model-guided, from the draft)
+    temperature: float = 1.0  # 0: greedy verification (keep drafts while they are the target's argmax)
     top_p: float = 1.0
     stop_early: bool = True
 
@@ -158,7 +158,7 @@ class SpeculativeSampler(WindowSampler):
     """Self-speculative sampling: each window is verified by up to `inner_loops` causal passes per trunk pass
     (needs a `SpeculativeTransformer`)."""
 
-    inner_loops: int = 1
+    inner_loops: int = 1  # draft-verify loops per non-causal pass
 
     requires: ClassVar[frozenset[str]] = frozenset({CAUSAL_HEAD})
 

@@ -74,7 +74,7 @@ class DreamStepsSampler(MaskedSampler):
     eps: float = DreamSchedule.eps
     empty_steps: bool = False
     entropy_eps: float = 0.0
-    random_count: bool = DreamSchedule.random_count
+    random_count: bool = DreamSchedule.random_count  # True only for alg="origin" (dream_origin)
 
     def validate(self) -> None:
         super().validate()

@@ -55,7 +55,7 @@ class WinoSampler(Sampler):
     draft_share: float = 0.7  # the draft cap is clamp(floor(draft_share * masked), draft_floor, draft_cap)
     draft_floor: int = 5
     draft_cap: int | None = 20  # None: no upper bound
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: argmax; > 0: sample from softmax(logits / T)
     top_p: float = 1.0
     block_length: int | None = None  # semi-autoregressive blocks over the answer positions (None: one block)
     stop_early: bool = True  # with a stop condition: finished rows stop computing (else only the point is noted)

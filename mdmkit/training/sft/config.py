@@ -28,18 +28,20 @@ class SFTConfig(Validated):
 
     model: str
     kind: str = "llada"  # a registered model kind whose record gives its fine-tuning loss (`sft_normalize`)
+    # the weights as loaded; bfloat16 halves a base that LoRA keeps frozen
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # JSONL of {"prompt", "response"} or {"messages": [...]}; None: the task's training split
     train_file: str | None = None
-    val_file: str | None = None
-    chat: bool = True
-    end_of_turn: str | None = "<|eot_id|>"
-    max_length: int = 1024
+    val_file: str | None = None  # None: the last data.val_examples training pairs, held out
+    chat: bool = True  # prompts through the tokenizer's chat template
+    end_of_turn: str | None = "<|eot_id|>"  # closes each answer before its EOS padding (None: EOS only)
+    max_length: int = 1024  # tokens of prompt + answer; longer pairs are left out (counted in the banner)
     gradient_checkpointing: bool = False
-    lora_r: int = 0
+    lora_r: int = 0  # > 0: LoRA adapters of this rank, every other weight frozen; 0: full fine-tuning
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = LORA_TARGETS
-    save_adapter: bool = True
+    lora_targets: tuple[str, ...] = LORA_TARGETS  # mdmkit's module names in each block
+    save_adapter: bool = True  # under LoRA, also write the adapter alone (adapter/, peft's format)
 
     def validate(self) -> None:
         self.model_kind()
