@@ -26,7 +26,6 @@ from mdmkit.samplers.core.driver import Batch
 from mdmkit.samplers.core.protocol import Canvas, Sampled
 
 WindowAttention = Literal["block_causal", "reference"]
-WINDOW_ATTENTIONS = ("block_causal", "reference")
 
 
 class WindowRule(Protocol):

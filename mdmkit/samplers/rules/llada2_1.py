@@ -24,7 +24,7 @@ from mdmkit.samplers.core.budget import Ranked, prefix_length
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
-from mdmkit.samplers.core.window_walk import WINDOW_ATTENTIONS, WindowAttention, walk_windows
+from mdmkit.samplers.core.window_walk import WindowAttention, walk_windows
 from mdmkit.samplers.rules.editing import EditingSampler
 
 
@@ -72,8 +72,6 @@ class Llada21Sampler(Sampler):
 
     def validate(self) -> None:
         require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")
-        require(self.attention in WINDOW_ATTENTIONS,
-                f"attention='{self.attention}' is not one of {', '.join(WINDOW_ATTENTIONS)}")
         base = self.rule.base if isinstance(self.rule, EditingSampler) else self.rule
         require(base.block_length is None and base.cache == "none",
                 "the rule fills one block of a window recomputed each step: its block_length must be null and its "
