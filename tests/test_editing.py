@@ -16,6 +16,7 @@ from mdmkit.core.config import build
 from mdmkit.core.errors import CapabilityError, ConfigError
 from mdmkit.core.stopping import StopCondition
 from mdmkit.samplers import (
+    BlockDiffusionSampler,
     EBSampler,
     EditingSampler,
     FactorSampler,
@@ -203,3 +204,22 @@ def test_the_options_compose_and_llada2_1_refuses_a_bidirectional_network() -> N
     assert (decoder.rule.base.tau, decoder.rule.threshold, decoder.rule.post_steps) == (0.7, 0.5, 16)
     with pytest.raises(CapabilityError, match="block-causal"):
         decoder.sample(ForwardCounter(Scripted(flip_flop), 1), torch.tensor([[0, M, M]]), M)
+
+
+def test_block_diffusion_takes_token_editing_as_its_rule() -> None:
+    # on the tiny LLaDA2.0 network (skipped without the shared fixtures): each block's rule is M2T with editing, its
+    # post steps counted; the walk's exact cache adds one committing forward per finished block
+    from test_llada2_1_generate import FIXTURE, network
+
+    if not FIXTURE.is_dir():
+        pytest.skip(f"LLaDA2.x fixture not found: {FIXTURE}")
+    prompt = [723, 148, 481, 129, 117, 66, 816, 515, 552, 911]
+    runs = {}
+    for rule in (EditingSampler(base=M2TSampler(tau=0.7), threshold=0.5, post_steps=4), M2TSampler(tau=0.7)):
+        sampler = BlockDiffusionSampler(block_size=16, sub_block=16, commit_reveals=False, rule=rule)
+        runs[type(rule)] = api.fill(network(), [prompt], sampler, 22, 1023)
+    edited, plain = runs[EditingSampler], runs[M2TSampler]
+    assert 1023 not in edited.tokens[0].tolist()
+    assert int(edited.nfe[0]) >= int(plain.nfe[0]) + 2  # a post step at least in each of its two blocks
+    with pytest.raises(ConfigError, match="rule.block_length must be null"):
+        BlockDiffusionSampler(rule=EditingSampler(base=M2TSampler(block_length=4)))

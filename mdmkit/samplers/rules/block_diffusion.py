@@ -22,6 +22,7 @@ from mdmkit.samplers.core.block_walk import walk_blocks
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
+from mdmkit.samplers.rules.editing import EditingSampler
 from mdmkit.samplers.rules.llada2 import Llada2Sampler
 from mdmkit.samplers.rules.sdar import SdarSampler
 from mdmkit.samplers.rules.threshold import ThresholdSampler
@@ -29,13 +30,13 @@ from mdmkit.samplers.rules.threshold import ThresholdSampler
 
 @dataclass
 class BlockDiffusionSampler(Sampler):
-    """Block diffusion decoding (see the module). `rule` (any masked sampler without blocks of its own, LLaDA2.0's or
-    SDAR's rule) fills each sub-block; its temperature and top_p also choose the token each committing forward
-    predicts."""
+    """Block diffusion decoding (see the module). `rule` (any masked sampler without blocks of its own, with token
+    editing or without, LLaDA2.0's or SDAR's rule) fills each sub-block; its temperature and top_p also choose the
+    token each committing forward predicts."""
 
     block_size: int = 32
     sub_block: int = 8
-    rule: MaskedSampler | Llada2Sampler | SdarSampler = field(
+    rule: MaskedSampler | Llada2Sampler | SdarSampler | EditingSampler = field(
         default_factory=lambda: ThresholdSampler(tau=0.9, mask_in_softmax=True))
     block_cache: bool = False  # Fast-dLLM v2's sub-block cache (an approximation, see the module)
     prompt_block_unseen: bool = False  # as the reference generate: a prompt exactly one block long is not seen
@@ -58,7 +59,8 @@ class BlockDiffusionSampler(Sampler):
         require(not (self.store_finished and self.commit_reveals),
                 "store_finished commits a block before the next one exists: it needs commit_reveals=false")
         # (a rule without blocks has no cache of its own either: the masked loop's caches need block_length)
-        require(not isinstance(self.rule, MaskedSampler) or self.rule.block_length is None,
+        inner = self.rule.base if isinstance(self.rule, EditingSampler) else self.rule  # token editing on a sampler
+        require(not isinstance(inner, MaskedSampler) or inner.block_length is None,
                 "rule.block_length must be null: the rule fills one sub-block")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
