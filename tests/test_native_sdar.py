@@ -129,3 +129,21 @@ def test_the_kind_is_registered_and_refuses_what_its_network_does_not_compute(tm
         load_diffusion_lm(copy_fixture(tmp_path / "sliding", use_sliding_window=True), "sdar")
     with pytest.raises(CheckpointError, match=r"a sdar checkpoint \(model_type\), not fast_dllm_v2: .*hf.kind=sdar"):
         load_diffusion_lm(FIXTURE, "fast_dllm_v2")
+
+
+@torch.no_grad()
+def test_it_saves_back_in_the_hub_layout_and_takes_lora_adapters(network, data, tmp_path: Path) -> None:
+    # the record's `export` and `lora`: the saved directory loads to the same logits; adapters attach and start at 0
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    from mdmkit.models.llm.export import save_hub_checkpoint
+    from mdmkit.models.llm.lora import LoRA, add_lora
+
+    saved = save_hub_checkpoint(network, tmp_path / "saved", "sdar", source=FIXTURE)
+    assert set(load_file(saved / "model.safetensors")) == set(load_file(FIXTURE / "model.safetensors"))
+    again = load_diffusion_lm(saved, "sdar")
+    assert torch.equal(again(data["input_ids"]), network(data["input_ids"]))
+    adapted = add_lora(again, LoRA(r=2))
+    assert any("lora_A" in name for name, _ in adapted.named_parameters())
+    assert torch.equal(adapted(data["input_ids"]), network(data["input_ids"]))
