@@ -147,3 +147,19 @@ def test_it_saves_back_in_the_hub_layout_and_takes_lora_adapters(network, data, 
     adapted = add_lora(again, LoRA(r=2))
     assert any("lora_A" in name for name, _ in adapted.named_parameters())
     assert torch.equal(adapted(data["input_ids"]), network(data["input_ids"]))
+
+
+def test_a_tiny_example_model_is_made_offline_and_decodes(tmp_path: Path) -> None:
+    # python -m mdmkit.models.llm.tiny --kind sdar: SDAR's config fields, its mask token declared by the tokenizer,
+    # Qwen3's chat turns; it loads through the hub path and sampler=sdar decodes a batch of chat prompts
+    from mdmkit import api
+    from mdmkit.models.llm.tiny import make_tiny_model
+
+    directory = make_tiny_model("sdar", tmp_path / "tiny-sdar")
+    model = api.load_text_model(str(directory), "sdar")
+    assert model.network.config.attention_block == 4 and model.tokenizer.mask_token == "<|MASK|>"
+    chat = model.tokenizer.apply_chat_template([{"role": "user", "content": "2 + 2?"}], tokenize=False,
+                                               add_generation_prompt=True)
+    assert chat == "<|im_start|>user\n2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    made = api.generate(model, ["What is 2 + 2?", "Say hi."], api.sampler("sdar"), 8, chat=True, progress=False)
+    assert len(made.texts) == 2 and (made.nfe >= 3).all()

@@ -10,6 +10,7 @@ logits predict token i.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mdmkit.core.errors import CheckpointError
@@ -17,7 +18,7 @@ from mdmkit.models.llm.diffusion_lm import DiffusionLMConfig
 from mdmkit.models.llm.hf import load_native
 from mdmkit.models.llm.hub_format import Architecture, ConfigFields, TensorNames
 from mdmkit.models.llm.kinds import _qwen2
-from mdmkit.models.llm.registry import ModelKind, register_kind
+from mdmkit.models.llm.registry import ExampleModel, ModelKind, register_kind
 
 MASK_ID = 151669  # `<|MASK|>` of its tokenizer (its mask_token); the repo's configs name it as mask_token_id
 BLOCK = 4  # the block its released models are trained and decoded with
@@ -63,6 +64,24 @@ def names(config: DiffusionLMConfig) -> TensorNames:
     return mapped
 
 
+# Qwen3's chat turns without its tools and thinking blocks (what an answer to one question needs)
+CHAT_TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + "
+                 "'<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+                 "{%- endif %}")
+
+
+def example_config(vocab_size: int, ids: Mapping[str, int]) -> dict[str, Any]:
+    """A 4-layer SDAR config.json (width 128, 4 heads of 32, 2 key/value heads, blocks of 4) with SDARConfig's
+    fields."""
+    return {"architectures": ["SDARForCausalLM"], "model_type": "sdar", "hidden_act": "silu", "hidden_size": 128,
+            "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "num_hidden_layers": 4, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "rope_scaling": None, "attention_bias": False, "tie_word_embeddings": False, "use_sliding_window": False,
+            "sliding_window": None, "attention_dropout": 0.0, "block_size": BLOCK, "vocab_size": vocab_size,
+            "mask_token_id": ids["<|MASK|>"], "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|endoftext|>"]}
+
+
 KIND = register_kind(ModelKind(
     "sdar", load_native, "SDAR / TraDo: Qwen3 block diffusion in blocks of 4, mdmkit's own network",
     attention="block_causal", architecture=Architecture(read, names, _qwen2.HEAD),
@@ -72,4 +91,6 @@ KIND = register_kind(ModelKind(
         vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8, mlp_hidden=12288, mask_id=MASK_ID,
         rope_theta=1e6, rms_eps=1e-6, max_positions=4096, rope_fp32=False, pad_positions=True, qk_norm=True,
         attention_block=BLOCK)},
+    example=ExampleModel(example_config, ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), "<|MASK|>", CHAT_TEMPLATE,
+                         declare_mask=True),
 ))
