@@ -223,3 +223,24 @@ def test_block_diffusion_takes_token_editing_as_its_rule() -> None:
     assert int(edited.nfe[0]) >= int(plain.nfe[0]) + 2  # a post step at least in each of its two blocks
     with pytest.raises(ConfigError, match="rule.block_length must be null"):
         BlockDiffusionSampler(rule=EditingSampler(base=M2TSampler(block_length=4)))
+
+
+def test_editing_under_the_masked_loops_caches_is_exact_when_they_refresh_every_step() -> None:
+    # on the tiny LLaDA (skipped without the shared fixtures): post steps run through the prefix / dual cache like any
+    # step, so refreshing it every step gives the uncached tokens and NFE
+    from test_llada2_1_generate import FIXTURE
+
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
+
+    llada = FIXTURE.parent / "llada"
+    if not llada.is_dir():
+        pytest.skip(f"LLaDA fixture not found: {llada}")
+    net = load_diffusion_lm(llada, "llada", mask_id=1023)
+    prompts = [[5, 17, 300, 41, 9, 77, 12], [800, 3, 14]]
+    runs = []
+    for cache, refresh in (("none", None), ("dual", 1), ("prefix", 1)):
+        base = ThresholdSampler(tau=0.3, block_length=8, cache=cache, cache_refresh=refresh, mask_in_softmax=True)
+        filled = api.fill(net, prompts, EditingSampler(base=base, threshold=0.2, post_steps=4), 24, 1023)
+        runs.append((filled.tokens.tolist(), filled.nfe.tolist()))
+    assert runs[0] == runs[1] == runs[2]
+    assert min(runs[0][1]) > 24 // 8 * 2  # at least one step and one post step per block
