@@ -35,8 +35,9 @@ needs_data = pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").is_fil
                                 reason=f"benchmark data not found: {BENCHMARK_DATA}")
 MASK_ID, GEN, MAX_LENGTH = 1023, 16, 160
 SAMPLER_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "sampler").glob("*.yaml"))
-# refused in one line, as on LLaDA and Dream: NI reads hidden states, self-speculation needs a causal head
-NEEDS_OTHER_NETWORKS = {"ni", "ni_eb", "ni_threshold", "speculative"}
+# refused in one line, as on LLaDA and Dream: NI reads hidden states, self-speculation needs a causal head,
+# revisable decoding a canvas network (DiffusionGemma)
+NEEDS_OTHER_NETWORKS = {"ni", "ni_eb", "ni_threshold", "speculative", "diffusion_gemma"}
 BLOCK_CAUSAL_ONLY = {"block_diffusion", "fast_dllm_v2", "llada2"}
 # the evaluation presets: LLaDA's low-confidence generate for LLaDA-MoE (and its caches), LLaDA2.0's own generate
 PRESETS = {"llada_moe": ["sampler=llada", "sampler.block_length=8", "sampler.steps=4"],
