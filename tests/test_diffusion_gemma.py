@@ -371,3 +371,38 @@ def test_the_preset_is_transformers_defaults() -> None:
     assert (built.stability_threshold, built.confidence_threshold) == (defaults["stability_threshold"],
                                                                         defaults["confidence_threshold"])
     assert built.rule == EBSampler(gamma=defaults["sampler_config"].entropy_bound, ordering="entropy")
+
+
+def test_an_answer_shorter_than_its_canvases() -> None:
+    """An answer that does not fill its last canvas takes that canvas's first tokens: the same draws as the
+    reference, which returns whole canvases (its `tokens_per_forward` counts them all)."""
+    model, prompts = tiny_model(), [[5, 6, 7, 8], [9, 10]]
+    ref = reference(model, prompts, 20, steps=4, bound=0.5, stability=1, confidence=10.0)
+    sampled, counter, start = run(network(model), prompts, 20, eb(0.5, 4, 1, 10.0))
+    assert ref.sequences.shape[1] == start + 24 and sampled.tokens.shape[1] == start + 20
+    assert torch.equal(sampled.tokens, ref.sequences[:, : start + 20])
+    assert torch.equal(torch.round((ref.sequences[:, start:] != PAD).sum(-1) / ref.tokens_per_forward).long(),
+                       counter.nfe)
+
+
+def test_a_stop_condition_notes_the_nfe_and_ends_the_row() -> None:
+    """generate_until: a row whose settled text holds a stop sequence has its NFE noted there; with `lockstep: false`
+    it also writes no further canvas (padding), while lockstep keeps the reference's steps and only notes it."""
+    from mdmkit.core.stopping import StopCondition
+
+    model, prompts = tiny_model(), [[5, 6, 7, 8], [9, 10]]
+    net = network(model)
+    free, counter, start = run(net, prompts, 24, eb(0.5, 3, None, None, lockstep=False))
+    stop_token = int(free.tokens[0, start + 3])  # a token row 0 writes in its first canvas
+    ids, keep = left_padded(prompts)
+    canvas = torch.cat([ids, torch.full((2, 24), net.mask_id)], 1)
+    attention = torch.cat([keep, torch.ones(2, 24, dtype=torch.bool)], 1)
+    for lockstep in (True, False):
+        counter = ForwardCounter(net, 2)
+        sampled = eb(0.5, 3, None, None, lockstep=lockstep).sample(
+            counter, canvas, net.mask_id, torch.Generator().manual_seed(1), attention_mask=attention,
+            stop=StopCondition.of([stop_token]))
+        assert int(counter.nfe_at_stop[0]) == 3  # met in the first canvas
+        assert torch.equal(sampled.tokens[0, : start + 8], free.tokens[0, : start + 8])
+        if not lockstep:
+            assert int(counter.nfe[0]) == 3 and bool((sampled.tokens[0, start + 8:] == PAD).all())
