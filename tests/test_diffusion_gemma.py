@@ -313,6 +313,8 @@ def test_bad_settings_are_refused_in_one_line() -> None:
         RevisableSampler().sample(ForwardCounter(lambda tokens, attn_mask=None: tokens, 1), torch.tensor([[5, 0]]), 0)
     with pytest.raises(CapabilityError, match="text only"):
         net.open(torch.tensor([[5, int(net.model.config.image_token_id)]]), None)
+    with pytest.raises(ConfigError, match="at least one token"):
+        RevisableSampler().sample(ForwardCounter(net, 1), torch.tensor([[net.mask_id, net.mask_id]]), net.mask_id)
     with pytest.raises(ConfigError, match="last columns"):
         RevisableSampler().sample(ForwardCounter(net, 1), torch.tensor([[net.mask_id, 5, net.mask_id]]), net.mask_id)
 

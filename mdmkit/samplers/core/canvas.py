@@ -87,6 +87,7 @@ def answer_start(canvas: Canvas) -> int:
     filled = (~masked).any(0).nonzero()
     start = int(filled[-1]) + 1 if filled.numel() else 0
     require(start < canvas.tokens.shape[1], "the canvas has no positions to fill (no trailing mask_id columns)")
+    require(start > 0, "a revisable canvas continues a prompt: give at least one token before the answer")
     require(not bool(masked[:, :start].any()), "a revisable canvas fills the trailing answer only: every row's "
                                                 "mask_id positions must be its last columns")
     return start
