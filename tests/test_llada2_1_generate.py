@@ -111,6 +111,28 @@ def test_a_batch_gives_each_row_its_own_run() -> None:
         assert int(batched.nfe[row]) == int(alone.nfe[0])
 
 
+CACHED = [run for run in RUNS if not run["eos_early_stop"] and run["prompt_name"] == "long37"]
+
+
+@pytest.mark.parametrize("run", CACHED, ids=[name(run) for run in CACHED])
+def test_the_cached_preset_decodes_the_default_with_one_committing_forward_per_block(run: dict) -> None:
+    # llada2_1_cached: block diffusion's exact cache under the same rule; block-causal, so a finished block's keys are
+    # what the window's recompute gives them: the same tokens, plus a forward that commits each block before the next
+    # (the prompt's whole blocks included)
+    prompt, block = run["prompt"][0], run["block_length"]
+    canvas_end = -(-(len(prompt) + run["gen_length"]) // block) * block
+    made = []
+    for preset, fields in (("llada2_1", {}), ("llada2_1_cached", {"sub_block": block})):
+        sampler = api.sampler(preset, block_size=block, **fields)
+        sampler.rule.threshold, sampler.rule.post_steps = run["editing_threshold"], run["max_post_steps"]
+        sampler.rule.base.tau, sampler.rule.base.num_to_transfer = run["threshold"], run["num_to_transfer"]
+        filled = api.fill(network(), [prompt], sampler, canvas_end - len(prompt), MASK_ID)
+        made.append((filled.tokens[0].tolist(), int(filled.nfe[0])))
+    decoded = canvas_end // block - len(prompt) // block
+    commits = decoded - 1 + (len(prompt) >= block)
+    assert made[1] == (made[0][0], made[0][1] + commits)
+
+
 # The default attention against the reference's: how far the two part on the fixture (docs/samplers.md, "LLaDA2.1")
 BLOCK_CAUSAL_PARTS = {"runs": 56, "differ": 54, "differ_in_tokens": 52, "tokens": 1165, "of": 1631, "nfe": 2559,
                       "reference_nfe": 2383}

@@ -38,7 +38,7 @@ SAMPLER_OPTIONS = sorted(path.stem for path in (ROOT / "conf" / "sampler").glob(
 # refused in one line, as on LLaDA and Dream: NI reads hidden states, self-speculation needs a causal head,
 # revisable decoding a canvas network (DiffusionGemma)
 NEEDS_OTHER_NETWORKS = {"ni", "ni_eb", "ni_threshold", "speculative", "diffusion_gemma"}
-BLOCK_CAUSAL_ONLY = {"block_diffusion", "fast_dllm_v2", "llada2", "llada2_1", "sdar"}
+BLOCK_CAUSAL_ONLY = {"block_diffusion", "fast_dllm_v2", "llada2", "llada2_1", "llada2_1_cached", "sdar"}
 # the evaluation presets: LLaDA's low-confidence generate for LLaDA-MoE (and its caches), LLaDA2.0's own generate
 PRESETS = {"llada_moe": ["sampler=llada", "sampler.block_length=8", "sampler.steps=4"],
            "llada2": ["sampler=llada2", "sampler.block_size=16", "sampler.sub_block=16", "sampler.rule.steps=4"]}
