@@ -408,3 +408,45 @@ def test_a_stop_condition_notes_the_nfe_and_ends_the_row() -> None:
         assert torch.equal(sampled.tokens[0, : start + 8], free.tokens[0, : start + 8])
         if not lockstep:
             assert int(counter.nfe[0]) == 3 and bool((sampled.tokens[0, start + 8:] == PAD).all())
+
+
+def restated(keep_rule):
+    """A reference sampler that accepts by `keep_rule(probability of each drawn token) -> bool [B, L]` instead of
+    the entropy bound, renoising as the reference does (its `EntropyBoundSampler`, acceptance replaced)."""
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSampler
+
+    class Restated(EntropyBoundSampler):
+        def accept_canvas(self, current_canvas, denoiser_canvas, logits, cur_step):
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            self.accepted_token_mask = keep_rule(probs.gather(-1, denoiser_canvas[..., None]).squeeze(-1))
+            return torch.where(self.accepted_token_mask, denoiser_canvas, current_canvas)
+
+    return Restated
+
+
+def threshold_keep(tau: float):
+    def keep(drawn_prob: torch.Tensor) -> torch.Tensor:
+        best = torch.zeros_like(drawn_prob, dtype=torch.bool).scatter(1, drawn_prob.argmax(1, keepdim=True), True)
+        return (drawn_prob >= tau) | best
+    return keep
+
+
+def topk_keep(k: int):
+    def keep(drawn_prob: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(drawn_prob, dtype=torch.bool).scatter(1, drawn_prob.topk(k, dim=1).indices, True)
+    return keep
+
+
+@pytest.mark.parametrize(("rule", "keep"), [(ThresholdSampler(tau=0.3), threshold_keep(0.3)),
+                                            (TopKSampler(k=3), topk_keep(3))], ids=["threshold", "topk"])
+def test_another_rule_is_the_reference_loop_with_its_acceptance(rule, keep, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule other than EB runs the reference's very loop: `generate` with its acceptance restated in place of the
+    entropy bound gives the same tokens and NFE."""
+    model, prompts = tiny_model(moe=True, vocab=16, sharpen=6.0), [[5, 6, 7, 8], [9, 10]]
+    sampler_class = restated(keep)
+    monkeypatch.setattr(type(model), "_prepare_sampler", lambda self, config: sampler_class(
+        config.sampler_config, self.config.canvas_length, self.config.text_config.vocab_size,
+        config.max_denoising_steps))
+    ref = reference(model, prompts, 24, steps=5, bound=0.1, stability=1, confidence=1.5)
+    sampler = RevisableSampler(rule=rule, max_steps=5, stability_threshold=1, confidence_threshold=1.5)
+    assert_same(ref, *run(network(model), prompts, 24, sampler))
