@@ -62,7 +62,7 @@ def time_training_steps(config: dict[str, Any], pool: Split, batch_size: int, de
     """Build the run's module from `config` (its `compile` key decides compilation), then take training steps on
     batches drawn from `pool` until `seconds` have passed after `warmup_steps`; at least `_SYNC_EVERY` are timed."""
     torch.compiler.reset()  # each setting compiles afresh: no graph made dynamic by an earlier batch size
-    module = MDMModule(config).to(device)
+    module = MDMModule.from_config(config).to(device)
     optimizer = module.optim.adamw(module.network)
     draws = torch.Generator().manual_seed(0)
     noise = seeded_generator(0, device)

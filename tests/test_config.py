@@ -21,14 +21,14 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_instantiates(experiment: str, tmp_path: Path) -> None:
     if experiment.endswith("_sft"):  # fine-tuning: everything but the model, which is the user's directory
-        from mdmkit.training.sft.config import check_sft_components
+        from mdmkit.training.sft.config import build_sft_parts
 
         (tmp_path / "config.json").write_text("{}")
         overrides = [f"experiment={experiment}", f"sft.model={tmp_path}"]
-        check_sft_components(to_container(compose_config("train", overrides)))
+        build_sft_parts(to_container(compose_config("train", overrides)))
         return
     cfg = compose_config("train", [f"experiment={experiment}"])
-    module = MDMModule(to_container(cfg))  # builds task, network, objective, optimizer config, val sampler
+    module = MDMModule.from_config(to_container(cfg))  # task, network, objective, optimizer, val sampler
     assert module.network.num_parameters() > 0
     assert build(cfg.sampler, "sampler") is not None
     for name, node in cfg.logger.items():
@@ -49,7 +49,7 @@ def test_evaluate_config_composes_with_and_without_task() -> None:
 def test_model_sizes_match_their_names() -> None:
     sizes = {}
     for name in ("tiny", "cpu", "paper"):
-        module = MDMModule(to_container(compose_config("train", [f"model={name}"])))
+        module = MDMModule.from_config(to_container(compose_config("train", [f"model={name}"])))
         sizes[name] = module.network.num_parameters()
     assert sizes["tiny"] < 50_000
     assert 0.5e6 < sizes["cpu"] < 1.2e6
@@ -70,8 +70,9 @@ def test_the_deep_paper_variant_differs_from_the_paper_model_in_depth_alone() ->
     paper, deep = both("train", "experiment", "{}")
     paper_model, deep_model = paper.pop("model"), deep.pop("model")
     assert deep == paper and deep_model["n_layers"] == 2 * paper_model["n_layers"]
-    sizes = [MDMModule(to_container(compose_config("train", [f"experiment={name}"]))).network.num_parameters()
-             for name in ("sudoku_paper", "sudoku_paper_deep")]
+    modules = [MDMModule.from_config(to_container(compose_config("train", [f"experiment={name}"])))
+               for name in ("sudoku_paper", "sudoku_paper_deep")]
+    sizes = [module.network.num_parameters() for module in modules]
     assert abs(sizes[1] / sizes[0] - 1) < 0.1
     paper, deep = both("train", "experiment", "{}_indicator")
     assert deep["trajectories"].pop("checkpoint") == "checkpoints/sudoku_paper_deep.pt"
@@ -106,7 +107,7 @@ def test_unknown_key_and_group_option_are_rejected_at_composition() -> None:
 def test_bad_values_raise_one_config_error(override: str, message: str) -> None:
     cfg = compose_config("train", [override])
     with pytest.raises(ConfigError) as error:
-        MDMModule(to_container(cfg))
+        MDMModule.from_config(to_container(cfg))
         build(cfg.sampler, "sampler")
     assert message in str(error.value)
 
@@ -114,7 +115,7 @@ def test_bad_values_raise_one_config_error(override: str, message: str) -> None:
 def test_wrong_type_is_reported_with_the_field() -> None:
     cfg = compose_config("train", ["model.n_heads=four"])
     with pytest.raises(ConfigError, match="n_heads='four': expected int"):
-        MDMModule(to_container(cfg))
+        MDMModule.from_config(to_container(cfg))
 
 
 def test_cli_prints_one_line_error_without_traceback(tmp_path: Path) -> None:
@@ -175,25 +176,25 @@ def test_training_settings_used_after_training_are_checked_before_it(override: s
 
 
 def components(overrides: list[str]) -> tuple[dict[str, Any], DataConfig]:
-    """What `check_components` takes: a training config and its data settings."""
+    """What `build_parts` takes: a training config and its data settings."""
     config = to_container(compose_config("train", overrides))
     return config, DataConfig.from_config(config["data"])
 
 
 def test_an_objective_for_another_kind_of_network_is_refused_at_start_up() -> None:
-    from mdmkit.training.preflight import check_components
+    from mdmkit.training.preflight import build_parts
 
     with pytest.raises(ConfigError, match="objective SpeculativeLoss trains a SpeculativeConfig network, not the "
                                           "TransformerConfig of this model: pick model=speculative_"):
-        check_components(*components(["experiment=sudoku_speculative", "model=tiny"]))
-    check_components(*components(["experiment=sudoku_speculative"]))
+        build_parts(*components(["experiment=sudoku_speculative", "model=tiny"]))
+    build_parts(*components(["experiment=sudoku_speculative"]))
 
 
 def test_a_frozen_trunk_needs_a_trained_model_to_start_from() -> None:
-    from mdmkit.training.preflight import check_components
+    from mdmkit.training.preflight import build_parts
 
     with pytest.raises(ConfigError, match="freeze_noncausal=true trains the causal head on a frozen trunk"):
-        check_components(*components(["experiment=sudoku_speculative_head", "init_from=null"]))
+        build_parts(*components(["experiment=sudoku_speculative_head", "init_from=null"]))
 
 
 def test_a_typo_under_data_is_refused_not_dropped() -> None:

@@ -328,7 +328,7 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained tiny Sudoku MDM as a slim checkpoint."""
     path = tmp_path_factory.mktemp("base") / "model.pt"
     torch.manual_seed(0)
-    module = MDMModule(to_container(compose_config("train", TINY)))
+    module = MDMModule.from_config(to_container(compose_config("train", TINY)))
     save_slim(module.config, module.ema.shadow, path)
     return path
 

@@ -15,7 +15,7 @@ from mdmkit.tasks.sudoku import EOL, SudokuTask
 from mdmkit.tasks.sudoku_generator import find_solutions, is_valid_solution
 from mdmkit.tasks.sudoku_symmetry import random_symmetries
 from mdmkit.training.datamodule import StepIndexedBatches
-from mdmkit.training.preflight import check_components, check_run
+from mdmkit.training.preflight import build_parts, check_run
 from mdmkit.training.run_config import DataConfig
 
 CELLS = np.array([row * 10 + col for row in range(9) for col in range(9)])
@@ -92,10 +92,10 @@ def test_augmented_batches_replay_exactly_from_any_step(examples) -> None:
 def test_augment_is_checked_before_training() -> None:
     arithmetic = to_container(compose_config("train", ["experiment=arithmetic_mdm", "data.augment=true"]))
     with pytest.raises(ConfigError, match="task arithmetic defines no symmetries"):
-        check_components(arithmetic, DataConfig.from_config(arithmetic["data"]))
+        build_parts(arithmetic, DataConfig.from_config(arithmetic["data"]))
     with pytest.raises(ConfigError, match="data: augment='yes': expected bool"):
         check_run(compose_config("train", ["data.augment=yes"]))
     with pytest.raises(ConfigError, match="an indicator trains on recorded trajectories"):
         check_run(compose_config("train", ["experiment=sudoku_indicator", "data.augment=true"]))
     sudoku = to_container(compose_config("train", ["data.augment=true"]))
-    check_components(sudoku, DataConfig.from_config(sudoku["data"]))  # Sudoku has them
+    build_parts(sudoku, DataConfig.from_config(sudoku["data"]))  # Sudoku has them

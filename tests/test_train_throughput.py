@@ -43,7 +43,7 @@ def test_compiled_training_network_stays_out_of_the_state_dict_and_gives_the_eag
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("torch.compile's CPU backend needs a C compiler (cc/gcc), which this machine lacks")
     torch.compiler.reset()
-    eager, compiled = MDMModule(_config()), MDMModule(_config("compile=true"))
+    eager, compiled = MDMModule.from_config(_config()), MDMModule.from_config(_config("compile=true"))
     compiled.network.load_state_dict(eager.network.state_dict())
     assert compiled.state_dict().keys() == eager.state_dict().keys()  # checkpoints stay loadable either way
     assert compiled.train_network is not compiled.network and eager.train_network is eager.network

@@ -1,7 +1,7 @@
 """LightningModule that trains a masked diffusion network with a pluggable objective.
 
-The module is rebuilt from the resolved run config stored in its checkpoint, so evaluation needs the
-checkpoint file only.
+It takes the parts the run's plan built (`MDMParts`) and records the resolved run config in its checkpoints, from
+which `from_config` (and evaluation, through mdmkit.io.checkpoint) rebuild it: the checkpoint file is all they need.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 
-from mdmkit.core.config import build
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.runner import sample_split
-from mdmkit.io.checkpoint import build_network, build_task
 from mdmkit.tasks.base import Split
 from mdmkit.training.ema import EMA
 from mdmkit.training.optim import OptimConfig
-from mdmkit.training.run_config import RunConfig
+from mdmkit.training.preflight import MDMParts, build_parts
+from mdmkit.training.run_config import DataConfig, RunConfig
 
 if TYPE_CHECKING:
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
@@ -39,18 +38,26 @@ def loss_on_progress_bar(module: L.LightningModule) -> bool:
 class MDMModule(L.LightningModule):
     """Network + objective + EMA; validation reports masked loss and a fixed sampler's accuracy."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], parts: MDMParts, run: RunConfig) -> None:
+        """`config`: the resolved run config, recorded in checkpoints; `parts` and `run`: what the plan built of
+        it."""
         super().__init__()
         self.save_hyperparameters({"config": config})
         self.config = config
-        self.task = build_task(config)
-        self.network = build_network(config, self.task)
-        self.objective = build(config["objective"], "objective")
-        self.optim: OptimConfig = build(config["optim"], "optim")
-        self.val_sampler = build(config["val_sampler"], "val_sampler")
-        self.run = RunConfig.from_config(config)
+        self.task = parts.task
+        self.network = parts.model.build()
+        self.objective = parts.objective
+        self.optim: OptimConfig = parts.optim
+        self.val_sampler = parts.val_sampler
+        self.run = run
         self.ema = EMA(self.network, self.run.ema_decay)
         self.__dict__["_compiled"] = (None, None)  # (network, its compiled wrapper): kept out of the state dict
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> MDMModule:
+        """The module of a resolved run config (a recorded one, or a composed one in a script), its parts built
+        and checked as a run's plan builds them."""
+        return cls(config, build_parts(config, DataConfig.from_config(config["data"])), RunConfig.from_config(config))
 
     @property
     def train_network(self) -> torch.nn.Module:
@@ -74,7 +81,7 @@ class MDMModule(L.LightningModule):
 
     def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:
         tokens, answer_mask = batch
-        generator = step_generator(self, self.config["seed"], self.global_step)
+        generator = step_generator(self, self.run.seed, self.global_step)
         loss, metrics = self.objective(self.train_network, tokens, answer_mask, self.task.mask_id, generator)
         self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({f"train/{k}": v for k, v in metrics.items()})
@@ -90,7 +97,7 @@ class MDMModule(L.LightningModule):
         with self.ema.swapped_in(self.network):
             loss, metrics = self.objective(
                 self.network, tokens, answer_mask, self.task.mask_id,
-                step_generator(self, self.config["seed"], -1 - batch_idx)
+                step_generator(self, self.run.seed, -1 - batch_idx)
             )
             split = Split(tokens, answer_mask, keys=None)  # type: ignore[arg-type]  # no keys: sample_split reads none
             result = sample_split(self.network, self.task, split, self.val_sampler, batch_size=len(tokens))

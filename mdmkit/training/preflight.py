@@ -1,7 +1,7 @@
 """A training run's plan: its config read once and checked before Lightning is imported (a bad value stops at once).
 
-`plan_training` makes the `TrainingPlan` the run functions take. `check_run` needs nothing heavy;
-`check_components` builds every configured part that needs no weights (task, model spec, objective, optimizer,
+`plan_training` makes the `TrainingPlan` the run functions take. `check_run` needs nothing heavy; `build_parts`
+builds, once, every configured part of an MDM run that needs no weights (task, model spec, objective, optimizer,
 samplers), which imports torch but still not Lightning.
 """
 
@@ -19,29 +19,59 @@ from mdmkit.io.results import check_writable
 from mdmkit.training.run_config import DataConfig, RunConfig
 
 if TYPE_CHECKING:
-    from mdmkit.tasks.text import TextTask
-    from mdmkit.training.sft.config import SFTConfig
+    from mdmkit.tasks.base import PuzzleTask
+    from mdmkit.training.optim import OptimConfig
+    from mdmkit.training.sft.config import SFTConfig, SFTParts
+
+
+@dataclass(frozen=True)
+class MDMParts:
+    """What an MDM run's config names, built and checked once: the module trains with them and the test evaluation
+    decodes with `sampler`. `model` is the network's spec sized for `task` (no weights yet); the samplers are built
+    without their checkpoints (a planner's or indicator's weights load for the trained network)."""
+
+    task: PuzzleTask
+    model: Any
+    objective: Any
+    optim: OptimConfig
+    sampler: Any
+    val_sampler: Any
 
 
 @dataclass(frozen=True)
 class TrainingPlan:
     """What a training run is, read once. `kind` picks the run: an MDM ("mdm"), an NI indicator on a frozen base
     MDM ("indicator", experiment=*_indicator) or the fine-tuning of a pretrained diffusion LLM ("sft",
-    experiment=*_sft). `config` is the resolved config, as checkpoints keep it and result rows record it; the
-    parts it names are built from it where they are used. `run`, `data` and a fine-tuning run's `sft` are its
-    settings, typed and checked; `text_task` is a fine-tuning run's task (its training pairs where `sft.train_file`
-    gives none, and its test evaluation), built once. `preset`: the `sampler=` option the run was composed with
-    (the CLI reads it from Hydra), named in the row of the test evaluation. `notes`: what the banner says the run
-    will read and evaluate, found by the checks."""
+    experiment=*_sft). `config` is the resolved config, as checkpoints keep it and result rows record it. `run`
+    and `data` are its settings, typed and checked; `parts` what its config names, built once (an MDM run's
+    `MDMParts`, a fine-tuning run's `SFTParts`; an indicator run builds its own). `preset`: the `sampler=` option
+    the run was composed with (the CLI reads it from Hydra), named in the row of the test evaluation. `notes`: what
+    the banner says the run will read and evaluate, found by the checks."""
 
     kind: Literal["mdm", "indicator", "sft"]
     config: dict[str, Any]
     run: RunConfig
     data: DataConfig
-    sft: SFTConfig | None = None
-    text_task: TextTask | None = None
+    parts: MDMParts | SFTParts | None = None
     preset: str | None = None
     notes: tuple[str, ...] = ()
+
+    @property
+    def sft(self) -> SFTConfig | None:
+        """A fine-tuning run's settings."""
+        return self.sft_parts.sft if self.kind == "sft" else None
+
+    @property
+    def sft_parts(self) -> SFTParts:
+        from mdmkit.training.sft.config import SFTParts
+
+        assert isinstance(self.parts, SFTParts), "a fine-tuning run's plan holds its parts"
+        return self.parts
+
+    @property
+    def mdm_parts(self) -> MDMParts:
+        assert isinstance(self.parts, MDMParts), "an MDM run's plan holds its parts"
+        return self.parts
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -71,9 +101,8 @@ def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
         from mdmkit.training.sft.preflight import plan_sft
 
         sft = plan_sft(config, run, data, preset)
-        return TrainingPlan("sft", config, run, data, sft.sft, sft.task, preset, sft.notes)
-    check_components(config, data)
-    return TrainingPlan("mdm", config, run, data, preset=preset)
+        return TrainingPlan("sft", config, run, data, sft.parts, preset, sft.notes)
+    return TrainingPlan("mdm", config, run, data, build_parts(config, data), preset)
 
 
 def check_run(cfg: DictConfig | dict[str, Any]) -> tuple[RunConfig, DataConfig]:
@@ -107,7 +136,7 @@ def check_run(cfg: DictConfig | dict[str, Any]) -> tuple[RunConfig, DataConfig]:
     return run, data
 
 
-def check_components(config: dict[str, Any], data: DataConfig) -> None:
+def build_parts(config: dict[str, Any], data: DataConfig) -> MDMParts:
     """Build what an MDM run's config names, short of allocating the network: each raises its one-line error.
     `data`: the run's data settings (check_run's)."""
     from mdmkit.evaluation.generation import check_trained_for
@@ -126,7 +155,8 @@ def check_components(config: dict[str, Any], data: DataConfig) -> None:
     require(not getattr(spec, "freeze_noncausal", False) or bool(config.get("init_from") or config.get("ckpt_path")),
             "model.freeze_noncausal=true trains the causal head on a frozen trunk: give the trained MDM to start "
             "from (init_from=<mdm.pt>), else the trunk stays random")
-    build(config["optim"], "optim")
+    optim = build(config["optim"], "optim")
     sampler = build_sampler(config["sampler"])  # before val_sampler (${sampler} unless set): name what was typed
-    build(config["val_sampler"], "val_sampler")
+    val_sampler = build(config["val_sampler"], "val_sampler")
     check_trained_for(str(config["objective"].get("_target_", "")), sampler)  # a sampler of the objective's kind
+    return MDMParts(task, spec, objective, optim, sampler, val_sampler)

@@ -205,7 +205,7 @@ def run_training(plan: TrainingPlan, output_dir: Path,
     """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
     config, run, data = plan.config, plan.run, plan.data
     seed_run(run)
-    module = MDMModule(config)
+    module = MDMModule(config, plan.mdm_parts, run)
     if run.init_from is not None and run.ckpt_path is None:  # a resume restores its own weights
         start_from(module, run.init_from)
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, run.seed,

@@ -13,6 +13,7 @@ from mdmkit.core.config import Validated, build, require
 from mdmkit.models.llm.lora import LORA_TARGETS, LoRA
 from mdmkit.models.llm.registry import ModelKind, model_kind
 from mdmkit.tasks.text import TextTask
+from mdmkit.training.optim import OptimConfig
 
 
 @dataclass
@@ -88,14 +89,24 @@ def sft_objective(config: dict[str, Any], sft: SFTConfig) -> Any:
     return build(node, "objective")
 
 
-def check_sft_components(config: dict[str, Any]) -> tuple[SFTConfig, TextTask | None]:
-    """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error.
-    Returns the run's `sft` settings and its text task (None: no task, or one that is not text)."""
+@dataclass(frozen=True)
+class SFTParts:
+    """What a fine-tuning run's config names, built and checked once (the model loads later): its settings, its
+    text task (None: no task, or one that is not text), its loss and its optimizer."""
+
+    sft: SFTConfig
+    task: TextTask | None
+    objective: Any
+    optim: OptimConfig
+
+
+def build_sft_parts(config: dict[str, Any]) -> SFTParts:
+    """Build what a fine-tuning run's config names, short of loading the model: each raises its one-line error."""
     from mdmkit.evaluation.resolve import build_sampler
 
     sft: SFTConfig = build(config["sft"], "sft")
-    sft_objective(config, sft)
-    build(config["optim"], "optim")
+    objective = sft_objective(config, sft)
+    optim = build(config["optim"], "optim")
     build_sampler(config["sampler"])
     task = build(config["task"], "task") if config.get("task") is not None else None
-    return sft, task if isinstance(task, TextTask) else None
+    return SFTParts(sft, task if isinstance(task, TextTask) else None, objective, optim)

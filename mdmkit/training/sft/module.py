@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 
-from mdmkit.core.config import build
 from mdmkit.core.errors import CheckpointError
 from mdmkit.core.seeding import seeded_generator
 from mdmkit.evaluation.text_eval import model_fingerprint
@@ -21,7 +20,7 @@ from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.lora import add_lora
 from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.optim import OptimConfig
-from mdmkit.training.sft.config import SFTConfig, sft_objective
+from mdmkit.training.sft.config import SFTParts
 
 if TYPE_CHECKING:
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
@@ -31,13 +30,14 @@ BASE_KEY = "sft_base"  # in a LoRA run's checkpoint: the fingerprint of the froz
 
 
 class SFTModule(L.LightningModule):
-    def __init__(self, config: dict[str, Any], sft: SFTConfig, network: DiffusionLM) -> None:
+    def __init__(self, config: dict[str, Any], parts: SFTParts, network: DiffusionLM) -> None:
+        """`config`: the resolved run config, recorded in checkpoints; `parts`: what the plan built of it."""
         super().__init__()
         self.save_hyperparameters({"config": config})
         self.config = config
-        self.sft = sft
-        self.objective = sft_objective(config, self.sft)
-        self.optim: OptimConfig = build(config["optim"], "optim")
+        self.sft = parts.sft
+        self.objective = parts.objective
+        self.optim: OptimConfig = parts.optim
         self.mask_id = network.mask_id
         network.gradient_checkpointing = self.sft.gradient_checkpointing
         self.network = network if self.sft.lora is None else add_lora(network, self.sft.lora)

@@ -22,7 +22,7 @@ from mdmkit.models.llm.checkpoints import read_config
 from mdmkit.models.llm.registry import declared_kind
 from mdmkit.tasks.text import TextTask
 from mdmkit.training.run_config import DataConfig, RunConfig
-from mdmkit.training.sft.config import SFTConfig, check_sft_components
+from mdmkit.training.sft.config import SFTConfig, SFTParts, build_sft_parts
 from mdmkit.training.sft.pairs import read_pairs
 
 _NO_EVALUATION = "or evaluate_after_training=false"
@@ -30,25 +30,25 @@ _NO_EVALUATION = "or evaluate_after_training=false"
 
 @dataclass(frozen=True)
 class SFTPlan:
-    """A fine-tuning run's settings, its text task (None: none) and the lines its banner says of its data and of
-    the evaluation after training."""
+    """A fine-tuning run's parts (settings, text task, loss, optimizer) and the lines its banner says of its data
+    and of the evaluation after training."""
 
-    sft: SFTConfig
-    task: TextTask | None
+    parts: SFTParts
     notes: tuple[str, ...]
 
 
 def plan_sft(config: dict[str, Any], run: RunConfig, data: DataConfig, preset: str | None = None) -> SFTPlan:
     """Every check of the run `config` configures that needs no weights (`run`, `data`: its checked settings;
     `preset`: the `sampler=` option, named where the evaluation after training is announced)."""
-    sft, task = check_sft_components(config)
+    parts = build_sft_parts(config)
+    sft, task = parts.sft, parts.task
     positions = model_positions(sft)
     require(sft.max_length <= positions, f"sft.max_length={sft.max_length} is more than the {positions} positions "
                                          f"of {sft.model}: sft.max_length={positions} (or fewer)")
     notes = [_training_data(sft, task, config, data)]
     if run.evaluate_after_training and not (config.get("trainer") or {}).get("fast_dev_run"):
         notes.append(_evaluation(config, run, sft, task, positions, preset))
-    return SFTPlan(sft, task, tuple(notes))
+    return SFTPlan(parts, tuple(notes))
 
 
 def model_positions(sft: SFTConfig) -> int:

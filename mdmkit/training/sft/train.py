@@ -116,17 +116,16 @@ def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenize
 
 def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Fine-tune, save `model/` (and `adapter/`), evaluate; `on_start` runs once every check has passed."""
-    config, run, data, sft = plan.config, plan.run, plan.data, plan.sft
-    assert sft is not None, "a fine-tuning run's plan holds its sft settings (preflight.plan_training)"
+    config, run, data, parts = plan.config, plan.run, plan.data, plan.sft_parts
+    sft, task = parts.sft, parts.task
     seed_run(run)
-    task = plan.text_task
     try:  # the pairs first: a pair file that leaves nothing to train on stops before the weights load
         tokenizer = native_tokenizer(Path(sft.model).expanduser(), sft.kind)
     except CheckpointError as error:
         raise CheckpointError(f"cannot load the tokenizer of sft.model={sft.model}: {error}") from None
     train, val = sft_examples(sft, tokenizer, task, data.val_examples)
     network, tokenizer = load_native(sft.model, sft.kind, dtype=sft.dtype, device="cpu")
-    module = SFTModule(config, sft, network.train())
+    module = SFTModule(config, parts, network.train())
     datamodule = SFTDataModule(train, val, data.batch_size, data.eval_batch_size, run.seed, data.workers)
     trainer, seconds = fit(plan, module, datamodule, output_dir, _banner(module, plan, train, val), on_start)
     state = trainer.strategy.lightning_module_state_dict()  # every rank: FSDP gathers the shards to rank 0
