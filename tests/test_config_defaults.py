@@ -3,8 +3,9 @@ tasks, objectives, the optimizer, fine-tuning, trajectories) takes its defaults 
 a Hydra schema (mdmkit/core/schema.py); the YAML options state only what differs (presets and overrides).
 
 Composed, an option still holds every field of its class: Hydra accepts `sampler.<field>=...` only for keys the
-config has, sweeps grid only over them, and results rows are keyed by the composed sampler, so the stored rows of
-docs/results must come back unchanged from today's options (tests/test_results_rows.py and the preset tests).
+config has and sweeps grid only over them. Results rows are keyed by the sampler's identity (its fields without
+the ones at their defaults, mdmkit.core.config.identity), so stored rows keep their keys however an option is
+written.
 """
 
 from __future__ import annotations
