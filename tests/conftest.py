@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -27,6 +29,9 @@ BENCHMARK_DATA = Path(os.environ.get("MDMKIT_BENCHMARK_DATA", ROOT.parent / "sha
 # on an AVX2 CPU (closer on the machine that wrote them): the kernels' summation order differs by CPU. 3e-5 stays
 # five times inside float32's own error, so any real difference (a quirk, a mask, a bias) still fails.
 FIXTURE_LOGITS = {"atol": 3e-5, "rtol": 0.0}
+# Tiny checkpoints of real dLLM architectures with the official code's outputs: $MDMKIT_REFERENCE_MODELS, else
+# ../shared beside the checkout (each directory's SOURCE.md says how they were made).
+REFERENCE_MODELS = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
 
 # Under pytest-xdist (`make test` runs two workers) each worker, and every process it starts, takes its share of
 # the cores: torch's default of a thread per core in each worker would oversubscribe them, and its threads spin
@@ -160,3 +165,14 @@ def run_script(name: str, *args: str, cache_dir: Path, timeout: float = WAIT_S) 
     return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], cwd=ROOT, check=False,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "MDMKIT_CACHE_DIR": str(cache_dir)})
+
+
+def reference_runs(name: str, label: str) -> tuple[Path, dict[str, Any], list[pytest.MarkDecorator]]:
+    """A reference model's directory, the runs of its official generate (`generate.json`; empty where absent) and
+    the marks for a module replaying them: skipped, naming the file, where it is absent; one thread, as the runs'
+    float32 sums were made."""
+    fixture = REFERENCE_MODELS / name
+    runs_file = fixture / "generate.json"
+    runs = json.loads(runs_file.read_text()) if runs_file.is_file() else {}
+    skip = pytest.mark.skipif(not runs_file.is_file(), reason=f"{label}'s runs not found: {runs_file}")
+    return fixture, runs, [skip, pytest.mark.usefixtures("one_thread")]

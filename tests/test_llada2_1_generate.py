@@ -11,23 +11,16 @@ included, and no forward commits a block.
 
 from __future__ import annotations
 
-import json
-import os
 from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import FIXTURE_LOGITS, ROOT
+from conftest import FIXTURE_LOGITS, reference_runs
 
 from mdmkit import api
 from mdmkit.core.stopping import StopCondition
 
-FIXTURE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models")) / "llada2_1"
-RUNS_FILE = FIXTURE / "generate.json"
-pytestmark = [pytest.mark.skipif(not RUNS_FILE.is_file(), reason=f"LLaDA2.1's runs not found: {RUNS_FILE}"),
-              pytest.mark.usefixtures("one_thread")]
-ALL_RUNS = json.loads(RUNS_FILE.read_text()) if RUNS_FILE.is_file() else {}
+FIXTURE, ALL_RUNS, pytestmark = reference_runs("llada2_1", "LLaDA2.1")
 RUNS = ALL_RUNS.get("float32_mask_shim", [])
 BFLOAT16_RUNS = ALL_RUNS.get("bfloat16_unmodified", [])
 MASK_ID = 1023

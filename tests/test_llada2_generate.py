@@ -14,23 +14,16 @@ token, which leaves the position masked) and `mask_never_drawn` against the same
 
 from __future__ import annotations
 
-import json
-import os
 from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import reference_runs
 
 from mdmkit import api
 from mdmkit.core.errors import CapabilityError, ConfigError
 
-FIXTURE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models")) / "llada2_mini"
-RUNS_FILE = FIXTURE / "generate.json"
-pytestmark = [pytest.mark.skipif(not RUNS_FILE.is_file(), reason=f"LLaDA2.0's runs not found: {RUNS_FILE}"),
-              pytest.mark.usefixtures("one_thread")]
-ALL_RUNS = json.loads(RUNS_FILE.read_text()) if RUNS_FILE.is_file() else {}
+FIXTURE, ALL_RUNS, pytestmark = reference_runs("llada2_mini", "LLaDA2.0")
 RUNS = ALL_RUNS.get("float32_mask_shim", [])
 BFLOAT16_RUNS = ALL_RUNS.get("bfloat16_unmodified", [])
 MASK_ID = 1023
