@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
 from mdmkit.core.config import Validated
 
 GROUP = "schema"
@@ -58,7 +59,8 @@ def register_settings(module: ModuleType) -> list[str]:
     option instantiates it by. Returns the names stored."""
     exported = getattr(module, "__all__", None)
     if exported is None:
-        exported = [name for name, value in vars(module).items() if getattr(value, "__module__", None) == module.__name__]
+        exported = [name for name, value in vars(module).items()
+                    if getattr(value, "__module__", None) == module.__name__]
     stored = []
     for name in exported:
         cls = getattr(module, name)
