@@ -450,3 +450,16 @@ def test_another_rule_is_the_reference_loop_with_its_acceptance(rule, keep, monk
     ref = reference(model, prompts, 24, steps=5, bound=0.1, stability=1, confidence=1.5)
     sampler = RevisableSampler(rule=rule, max_steps=5, stability_threshold=1, confidence_threshold=1.5)
     assert_same(ref, *run(network(model), prompts, 24, sampler))
+
+
+def test_stopped_rows_leave_the_forwards() -> None:
+    """A row that has stopped its canvas is not run again in it (its logits never depended on the other rows, and
+    the draws are still made for the whole batch): the tokens stay the reference's."""
+    model, prompts = tiny_model(moe=True, canvas=16, vocab=16, seed=2, sharpen=24.0), [[5, 6, 7, 8], [9, 10]]
+    net, widths = network(model), []
+    decode = net.decode
+    net.decode = lambda state, canvas, *rest: widths.append(canvas.shape[0]) or decode(state, canvas, *rest)
+    ref = reference(model, prompts, 48, steps=8, bound=50.0, stability=2, confidence=2.0, t_min=0.1, t_max=0.3)
+    sampled, counter, start = run(net, prompts, 48, eb(50.0, 8, 2, 2.0, t_min=0.1, t_max=0.3))
+    assert_same(ref, sampled, counter, start)
+    assert 1 in widths and sum(widths) < 2 * len(widths)

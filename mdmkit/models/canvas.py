@@ -28,7 +28,8 @@ class CanvasDenoiser(Protocol):
     """Capability `canvas`. `open` starts a batch of left-padded prompts (`keep` [B, T]: True = a real token; None:
     no padding) and returns its state (the encoder cache, masks, positions); `encode` runs the encoder over `tokens`
     [B, T] (the prompt, then each finished canvas) into that state; `decode` is one decoder forward over `canvas`
-    [B, L] with the previous step's logits (None at a canvas's first step), returning float32 logits [B, L, V]."""
+    [R, L] with the previous step's logits (None at a canvas's first step), returning float32 logits [R, L, V]:
+    for the batch rows `rows` (ascending; None: every row), the others left out of the forward."""
 
     @property
     def canvas(self) -> CanvasSpec: ...
@@ -37,4 +38,5 @@ class CanvasDenoiser(Protocol):
 
     def encode(self, state: Any, tokens: torch.Tensor) -> None: ...
 
-    def decode(self, state: Any, canvas: torch.Tensor, self_conditioning: torch.Tensor | None) -> torch.Tensor: ...
+    def decode(self, state: Any, canvas: torch.Tensor, self_conditioning: torch.Tensor | None,
+               rows: torch.Tensor | None = None) -> torch.Tensor: ...

@@ -11,8 +11,9 @@ good: what a canvas settles to is the argmax of its last step. A row stops a can
 The random draws follow transformers' DiffusionGemma `generate` exactly (per canvas: its noise, then per step a
 multinomial draw over every position of the batch and a fresh noise canvas, all from the canvas's generator), and so
 do the rows' step counts: NFE is the decoder forwards a row ran while still denoising; encoder passes are charged
-beside it (`encoder`). Rows stop independently, but a batch's forward carries the stopped rows along (their output is
-unused), as the reference's does: its draws then stay those of the whole batch.
+beside it (`encoder`). Rows stop independently: a row that has stopped its canvas leaves the decoder's forwards (a
+row's logits do not depend on the other rows of its forward), while every draw is still made for the whole batch, as
+the reference's are, so the random stream is the reference's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import torch
 
@@ -107,6 +109,20 @@ def _settle(settled: torch.Tensor, ended: torch.Tensor, eos: torch.Tensor | None
     return ~ended & torch.isin(settled, eos).any(1)
 
 
+def _decode(network: ForwardCounter, state: Any, running: torch.Tensor, needed: torch.Tensor,
+            current: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+    """The step's logits [B, L, V]: the decoder runs only the rows whose output is used (`needed`); the others'
+    logits are zeros, read by nothing but draws made for the whole batch so that the random stream stays the same."""
+    every = torch.arange(current.shape[0], device=current.device)
+    if bool(needed.all()):
+        return network.decode(every[running], state, current, previous)
+    view = every[needed]
+    part = network.decode(every[running], state, current[view], None if previous is None else previous[view], view)
+    logits = part.new_zeros((current.shape[0], *part.shape[1:]))
+    logits[view] = part
+    return logits
+
+
 def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, accept: Acceptance) -> Sampled:
     """Fill the trailing answer of `canvas` (its mask_id columns) canvas by canvas (see the module)."""
     spec, generator = network.canvas, canvas.generator
@@ -119,6 +135,13 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
     state = network.open_canvas(tokens[:, :start], keep)
     eos = torch.tensor(spec.eos_ids, device=device) if spec.eos_ids else None
     filler = spec.pad_id if spec.pad_id is not None else canvas.mask_id
+
+    def needed(done: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+        """The rows a step's forward must run: those still denoising, and under lockstep the ended rows too (their
+        stop decides how long the canvas runs). With stopping off, an ended row's canvas is never frozen, and its
+        logits are as unused as a stopped row's."""
+        return ~done if schedule.lockstep else ~(done | ended)
+
     every = torch.arange(batch, device=device)
     confidence = schedule.confidence_threshold if schedule.confidence_threshold is not None else 0.0
     ended = torch.zeros(batch, dtype=torch.bool, device=device)  # rows whose text has ended (or met `stop`)
@@ -135,8 +158,8 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
         done = torch.zeros_like(ended)  # rows that have stopped this canvas
         history = torch.full((schedule.stability_threshold or 0, batch, width), -1, dtype=torch.long, device=device)
         for step in range(schedule.max_steps):
-            running = ~(done | ended)
-            logits = schedule.temper(network.decode(every[running], state, current, previous), step)
+            running = ~(done | ended)  # charged: the rows still writing their text
+            logits = schedule.temper(_decode(network, state, running, needed(done, ended), current, previous), step)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             drawn = torch.multinomial(probs.view(-1, spec.vocab_size), 1, generator=generator).view(batch, width)
             draw = Draw(logits, probs, drawn, current, step, schedule.max_steps)
@@ -160,6 +183,8 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
             if bool((done if schedule.lockstep else done | ended).all()):
                 break
         settled = argmax.clone()
+        if not schedule.lockstep and spec.pad_id is None:
+            settled[ended] = filler  # rows that ended before this canvas were not decoded in it
         newly = _settle(settled, ended, eos, spec.pad_id)
         columns = slice(start + index * width, min(start + (index + 1) * width, tokens.shape[1]))
         tokens[:, columns] = settled[:, : columns.stop - columns.start]

@@ -143,17 +143,18 @@ class ForwardCounter:
         self.charge(rows, 1.0, "encoder")
         network.encode(state, tokens)
 
-    def decode(self, rows: torch.Tensor, state: Any, canvas: torch.Tensor,
-               self_conditioning: torch.Tensor | None) -> torch.Tensor:
-        """`canvas`: one decoder forward over the batch's canvases [B, L], counted as a forward of `rows` only: the
-        rows still denoising (the others ride along in the batch, their output unused, as in the reference)."""
+    def decode(self, rows: torch.Tensor, state: Any, canvas: torch.Tensor, self_conditioning: torch.Tensor | None,
+               view: torch.Tensor | None = None) -> torch.Tensor:
+        """`canvas`: one decoder forward over the canvases [R, L] of the batch rows `view` (None: every row),
+        counted as a forward of `rows` only: the rows still denoising. A row of `view` not in `rows` runs for
+        another reason than its own text (a row that ended its text, kept to reproduce a reference's batch)."""
         network = self._network_with(CANVAS)
         rows = rows.cpu()
         self.nfe[rows] += 1
         self.tokens[rows] += canvas.shape[1]
         if self._on_forward is not None:
             self._on_forward()
-        return network.decode(state, canvas, self_conditioning)
+        return network.decode(state, canvas, self_conditioning, view)
 
     def share_of(self, other: Any) -> float:
         """Cost of a pass of `other` (a planner, an indicator) in forwards of this network: the ratio of

@@ -9,6 +9,7 @@ cache), so that the canvas loop (`sampler=diffusion_gemma`) reproduces that `gen
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ class _Session:
     length: int = 0  # positions encoded so far (left padding included)
     decoder_mask: Any = None  # the decoder's attention masks over the cache and the canvas
     decoder_positions: torch.Tensor | None = None  # [1, L]
+    view: tuple[tuple[int, ...], Any, Any] | None = None  # (rows, their cache, their masks) of the last row subset
 
 
 class DiffusionGemmaNetwork(nn.Module):
@@ -98,7 +100,7 @@ class DiffusionGemmaNetwork(nn.Module):
                                                               position_ids=positions)
         out = model.model.encoder(input_ids=tokens.contiguous(), attention_mask=masks, cache=state.cache,
                                   position_ids=positions)
-        state.cache, state.length = out.cache, state.length + width
+        state.cache, state.length, state.view = out.cache, state.length + width, None
         length = self._spec.length
         state.decoder_positions = torch.arange(state.length, state.length + length, dtype=torch.int32,
                                                device=device)[None]
@@ -108,14 +110,33 @@ class DiffusionGemmaNetwork(nn.Module):
             config=model.config, inputs_embeds=torch.zeros((batch, length, 1), dtype=torch.long, device=device),
             cache=state.cache, decoder_attention_mask=nn.functional.pad(state.keep, (0, length), value=True))
 
-    def decode(self, state: _Session, canvas: torch.Tensor, self_conditioning: torch.Tensor | None) -> torch.Tensor:
+    def decode(self, state: _Session, canvas: torch.Tensor, self_conditioning: torch.Tensor | None,
+               rows: torch.Tensor | None = None) -> torch.Tensor:
         model = self.model
         if self_conditioning is not None:
             self_conditioning = self_conditioning.to(model.model.decoder.embed_tokens.weight.dtype)
+        cache, masks = state.cache, state.decoder_mask
+        if rows is not None and rows.numel() < state.keep.shape[0]:
+            cache, masks = self._rows_view(state, rows)
         out = model(decoder_input_ids=canvas, self_conditioning_logits=self_conditioning,
-                    decoder_attention_mask=state.decoder_mask, cache=state.cache,
-                    decoder_position_ids=state.decoder_positions)
+                    decoder_attention_mask=masks, cache=cache, decoder_position_ids=state.decoder_positions)
         return out.logits.float()
+
+    @staticmethod
+    def _rows_view(state: _Session, rows: torch.Tensor) -> tuple[Any, Any]:
+        """The encoder cache and decoder masks of batch rows `rows` alone (copies, made once per row set: the
+        decoder only reads them). Each row's attention sees only its own entries, so its logits do not change."""
+        key = tuple(rows.tolist())
+        if state.view is None or state.view[0] != key:
+            cache = copy.copy(state.cache)
+            cache.layers = []
+            for layer in state.cache.layers:
+                part = copy.copy(layer)
+                part.keys, part.values = layer.keys[rows], layer.values[rows]
+                cache.layers.append(part)
+            masks = {name: None if mask is None else mask[rows] for name, mask in state.decoder_mask.items()}
+            state.view = (key, cache, masks)
+        return state.view[1], state.view[2]
 
 
 def end_ids(model: Any) -> tuple[tuple[int, ...], int | None]:
