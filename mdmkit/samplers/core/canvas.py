@@ -12,8 +12,9 @@ The random draws follow transformers' DiffusionGemma `generate` exactly (per can
 multinomial draw over every position of the batch and a fresh noise canvas, all from the canvas's generator), and so
 do the rows' step counts: NFE is the decoder forwards a row ran while still denoising; encoder passes are charged
 beside it (`encoder`). Rows stop independently: a row that has stopped its canvas leaves the decoder's forwards (a
-row's logits do not depend on the other rows of its forward), while every draw is still made for the whole batch, as
-the reference's are, so the random stream is the reference's.
+row's logits do not depend on the other rows of its forward: bit for bit on the CPU; a GPU may round a smaller batch
+differently), while every draw is still made for the whole batch, as the reference's are, so the random stream is
+the reference's.
 """
 
 from __future__ import annotations
