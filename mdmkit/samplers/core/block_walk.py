@@ -15,8 +15,10 @@ from typing import Any, Protocol
 
 import torch
 
+from mdmkit.core.errors import CapabilityError
 from mdmkit.core.stopping import Stop
 from mdmkit.models.denoiser import without_mask
+from mdmkit.models.llm.registry import kind_names
 from mdmkit.samplers.core.choice import choose_tokens, predictive_distribution
 from mdmkit.samplers.core.counting import CountedNetwork, ForwardCounter
 from mdmkit.samplers.core.driver import Batch
@@ -324,3 +326,12 @@ class _SubBlockStop:
         where = torch.arange(len(outer), device=outer.device)[:, None].expand_as(columns)
         full[where[valid], columns[valid]] = tokens[valid]
         return self.stop.met(full, decode.answer[outer], mask_id)
+
+
+def require_block_causal(network: ForwardCounter, decoder: str, instead: str) -> None:
+    """One line for a block decoder handed a network that attends bidirectionally: the kinds it decodes, and the
+    sampler (`instead`) that decodes this one."""
+    if not network.block_causal:
+        kinds = " | ".join(kind_names(lambda kind: kind.attention == "block_causal"))
+        raise CapabilityError(f"{decoder} decodes block-causal networks (hf.kind={kinds}); this one attends "
+                              f"bidirectionally: decode it with a masked sampler (e.g. sampler={instead})")

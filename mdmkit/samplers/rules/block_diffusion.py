@@ -15,14 +15,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from mdmkit.core.config import require
-from mdmkit.core.errors import CapabilityError
 from mdmkit.models.denoiser import KV_CACHE
-from mdmkit.models.llm.registry import kind_names
-from mdmkit.samplers.core.block_walk import walk_blocks
+from mdmkit.samplers.core.block_walk import require_block_causal, walk_blocks
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
-from mdmkit.samplers.rules.editing import EditingSampler
+from mdmkit.samplers.rules.editing import EditingSampler, revealed_by
 from mdmkit.samplers.rules.llada2 import Llada2Sampler
 from mdmkit.samplers.rules.sdar import SdarSampler
 from mdmkit.samplers.rules.threshold import ThresholdSampler
@@ -59,13 +57,10 @@ class BlockDiffusionSampler(Sampler):
         require(not (self.store_finished and self.commit_reveals),
                 "store_finished commits a block before the next one exists: it needs commit_reveals=false")
         # (a rule without blocks has no cache of its own either: the masked loop's caches need block_length)
-        inner = self.rule.base if isinstance(self.rule, EditingSampler) else self.rule  # token editing on a sampler
+        inner = revealed_by(self.rule)
         require(not isinstance(inner, MaskedSampler) or inner.block_length is None,
                 "rule.block_length must be null: the rule fills one sub-block")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
-        if not network.block_causal:
-            kinds = " | ".join(kind_names(lambda kind: kind.attention == "block_causal"))
-            raise CapabilityError(f"block diffusion decodes block-causal networks (hf.kind={kinds}); this one attends "
-                                  "bidirectionally: decode it with a masked sampler (e.g. sampler=eb)")
+        require_block_causal(network, "block diffusion", instead="eb")
         return walk_blocks(self, network, canvas)

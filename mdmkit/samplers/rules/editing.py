@@ -12,6 +12,7 @@ sampler exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -31,6 +32,9 @@ class _Edit(StepRule):
     def revise(self, rows: torch.Tensor, span: slice, state: torch.Tensor, choice: torch.Tensor,
                chosen_prob: torch.Tensor, editable: torch.Tensor) -> torch.Tensor:
         return token_edits(choice, chosen_prob, state, editable, self.threshold)
+
+
+RuleT = TypeVar("RuleT", bound=Sampler)
 
 
 @dataclass
@@ -78,3 +82,8 @@ class EditingSampler(Sampler):
         """The base sampler's loop with the edits after every forward."""
         rule = _Edit(canvas.tokens == canvas.mask_id, self.threshold, self.post_steps)
         return self.base.fill_with(network, canvas, rule)
+
+
+def revealed_by(rule: EditingSampler | RuleT) -> MaskedSampler | RuleT:
+    """The sampler whose budget reveals a rule's tokens: an editing rule's `base`, else the rule itself."""
+    return rule.base if isinstance(rule, EditingSampler) else rule

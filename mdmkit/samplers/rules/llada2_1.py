@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 import torch
 
 from mdmkit.core.config import require
-from mdmkit.core.errors import CapabilityError
-from mdmkit.models.llm.registry import kind_names
+from mdmkit.samplers.core.block_walk import require_block_causal
 from mdmkit.samplers.core.budget import Ranked, prefix_length
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.masked import MaskedSampler
 from mdmkit.samplers.core.protocol import Canvas, Sampled, Sampler
 from mdmkit.samplers.core.window_walk import WindowAttention, walk_windows
-from mdmkit.samplers.rules.editing import EditingSampler
+from mdmkit.samplers.rules.editing import EditingSampler, revealed_by
 
 
 @dataclass(frozen=True)
@@ -72,14 +71,11 @@ class Llada21Sampler(Sampler):
 
     def validate(self) -> None:
         require(self.block_size >= 1, f"block_size={self.block_size} must be >= 1")
-        base = self.rule.base if isinstance(self.rule, EditingSampler) else self.rule
+        base = revealed_by(self.rule)
         require(base.block_length is None and base.cache == "none",
                 "the rule fills one block of a window recomputed each step: its block_length must be null and its "
                 "cache none")
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
-        if not network.block_causal:
-            kinds = " | ".join(kind_names(lambda kind: kind.attention == "block_causal"))
-            raise CapabilityError(f"LLaDA2.1's decoder runs block-causal networks (hf.kind={kinds}); this one "
-                                  "attends bidirectionally: decode it with a masked sampler (e.g. sampler=editing)")
+        require_block_causal(network, "LLaDA2.1's decoder", instead="editing")
         return walk_windows(self, network, canvas)
