@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import BENCHMARK_DATA, ROOT, compose_config, run_cli
 from omegaconf import open_dict
+from one_answer import assert_one_answer, generations, lm_eval_samples
 from tiny_text_models import CHAT_TOKENS, native_checkpoint_dir
 
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
@@ -62,13 +63,8 @@ def evaluate_overrides(checkpoint: Path, results: Path, *sampler: str) -> list[s
 @needs_data
 def test_evaluate_and_lm_eval_give_one_answer_with_and_without_the_sub_block_cache(
         checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lm_eval = pytest.importorskip("lm_eval")
-    from lm_eval.tasks import TaskManager
-
-    import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
     from mdmkit.evaluation.evaluate import run_evaluation
     from mdmkit.evaluation.plan import plan_evaluation
-    from mdmkit.lm_eval_tasks import utils
 
     results = tmp_path / "rows.jsonl"
     cfg = compose_config("evaluate", evaluate_overrides(checkpoint, results, "sampler=fast_dllm_v2", *BLOCKS))
@@ -79,25 +75,15 @@ def test_evaluate_and_lm_eval_give_one_answer_with_and_without_the_sub_block_cac
     rows = run_evaluation(plan_evaluation(cfg))
     torch.set_num_threads(threads)
     assert [row["sampler"]["block_cache"] for row in rows] == [False, True]
-    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
-    monkeypatch.setattr("lm_eval.evaluator.add_env_info", lambda results: None)
-    utils.task.cache_clear()
-    tasks = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
     for row in rows:
         assert row["family"] == "blockdiffusion-threshold-confidence" and row["n"] == 2
         # a block of 16 over 24 answer tokens: at least a forward per block and a commit between them
         assert 3 <= row["nfe"]["min"] and row["nfe_to_stop_mean"] <= row["nfe_mean"]
-        ours = [json.loads(line) for line in (tmp_path / "generations" / f"gsm8k-{row['key']}.jsonl")
-                .read_text().splitlines()]
         cache = str(row["sampler"]["block_cache"]).lower()
-        theirs = lm_eval.simple_evaluate(
-            model="mdmkit", model_args=f"ckpt={checkpoint},kind={KIND},max_length={MAX_LENGTH},"
-                                       f"sampler=fast_dllm_v2,block_size=16,sub_block=4,block_cache={cache}",
-            gen_kwargs=f"max_gen_toks={GEN}", tasks=["mdmkit_gsm8k"], limit=2, batch_size=2, device="cpu",
-            task_manager=tasks, verbosity="ERROR", log_samples=True)
-        samples = sorted(theirs["samples"]["mdmkit_gsm8k"], key=lambda sample: sample["doc_id"])
-        assert [sample["filtered_resps"][0] for sample in samples] == [doc["generation"] for doc in ours]
-        assert [sample["nfe"] for sample in samples] == [doc["nfe"] for doc in ours]
+        samples = lm_eval_samples(monkeypatch, f"ckpt={checkpoint},kind={KIND},max_length={MAX_LENGTH},"
+                                               f"sampler=fast_dllm_v2,block_size=16,sub_block=4,block_cache={cache}",
+                                  GEN, 2, 2)
+        assert_one_answer(samples, generations(tmp_path, row))
     exact, approximate = rows
     assert approximate["tokens_per_forward_mean"] < exact["tokens_per_forward_mean"]  # sub-block steps are narrower
 

@@ -10,7 +10,6 @@ are random: what is checked is that each path runs, what each row reports, and t
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cache
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import torch
 from conftest import BENCHMARK_DATA, ROOT, compose_config
 from omegaconf import open_dict
+from one_answer import assert_one_answer, generations, lm_eval_samples
 from tiny_text_models import native_checkpoint_dir
 
 from mdmkit import api
@@ -100,13 +100,8 @@ def evaluate_overrides(kind: str, checkpoint: Path, results: Path) -> list[str]:
 @pytest.mark.parametrize("kind", FOLDER)
 def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, Path], tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    lm_eval = pytest.importorskip("lm_eval")
-    from lm_eval.tasks import TaskManager
-
-    import mdmkit.evaluation.lm_eval_model  # noqa: F401  (registers model="mdmkit")
     from mdmkit.evaluation.evaluate import run_evaluation
     from mdmkit.evaluation.plan import plan_evaluation
-    from mdmkit.lm_eval_tasks import utils
 
     results = tmp_path / "rows.jsonl"
     cfg = compose_config("evaluate", evaluate_overrides(kind, checkpoints[kind], results))
@@ -117,10 +112,6 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
     rows = run_evaluation(plan_evaluation(cfg))
     torch.set_num_threads(threads)
     assert len(rows) == (3 if kind == "llada_moe" else 1)
-    monkeypatch.setenv("MDMKIT_BENCHMARK_DATA", str(BENCHMARK_DATA))
-    monkeypatch.setattr("lm_eval.evaluator.add_env_info", lambda results: None)
-    utils.task.cache_clear()
-    tasks = TaskManager(include_path=str(Path(utils.__file__).parent), include_defaults=False)
     if kind == "llada2":
         assert rows[0]["family"] == "blockdiffusion-llada2" and rows[0]["sampler"]["rule"]["steps"] == 4
     else:
@@ -130,13 +121,7 @@ def test_evaluate_and_lm_eval_give_one_answer(kind: str, checkpoints: dict[str, 
         assert row["n"] == 2 and row["nfe"]["min"] >= 2
         # the row records what a token's forward runs beside the total (the experts it is not sent to left out)
         assert row["parameters"] == {"total": net.num_parameters(), "active_per_token": net.active_parameters()}
-        ours = [json.loads(line) for line in (tmp_path / "generations" / f"gsm8k-{row['key']}.jsonl")
-                .read_text().splitlines()]
         sampler = LM_EVAL_ARGS[kind].format(cache=row["sampler"].get("cache"))
-        theirs = lm_eval.simple_evaluate(
-            model="mdmkit", model_args=f"ckpt={checkpoints[kind]},kind={kind},max_length={MAX_LENGTH},{sampler}",
-            gen_kwargs=f"max_gen_toks={GEN}", tasks=["mdmkit_gsm8k"], limit=2, batch_size=2, device="cpu",
-            task_manager=tasks, verbosity="ERROR", log_samples=True, num_fewshot=0)
-        samples = sorted(theirs["samples"]["mdmkit_gsm8k"], key=lambda sample: sample["doc_id"])
-        assert [sample["filtered_resps"][0] for sample in samples] == [doc["generation"] for doc in ours]
-        assert [sample["nfe"] for sample in samples] == [doc["nfe"] for doc in ours]
+        samples = lm_eval_samples(monkeypatch, f"ckpt={checkpoints[kind]},kind={kind},max_length={MAX_LENGTH},"
+                                               f"{sampler}", GEN, 2, 2, num_fewshot=0)
+        assert_one_answer(samples, generations(tmp_path, row))
