@@ -104,7 +104,7 @@ def test_one_generator_state_gives_one_estimate_and_its_gradient_reaches_the_net
 def test_on_a_network_that_ignores_its_input_the_coupled_pair_averages_to_the_log_probability() -> None:
     """In expectation over t and the mask, each token's coupled estimate is its log-probability."""
     table = torch.tensor([[0.3, -0.2, 1.0, 0.0]]).expand(LENGTH, -1)
-    network = lambda noisy: table.expand(noisy.shape[0], -1, -1)  # noqa: E731
+    network = lambda noisy: table.expand(noisy.shape[0], -1, -1)
     tokens = torch.tensor([[0, 1, 2, 1, 0]]).repeat(4000, 1)
     completion = torch.ones_like(tokens, dtype=torch.bool)
     got = CoupledEstimator()(network, tokens, completion, MASK, torch.Generator().manual_seed(0)).mean(0)

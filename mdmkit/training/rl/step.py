@@ -1,0 +1,79 @@
+"""One RL step without Lightning: collect (rollouts, rewards, advantages, the old and reference likelihoods) and
+the loss of one inner update on what was collected. The Lightning module and the tests drive these."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.models.denoiser import Denoiser
+from mdmkit.objectives.rl import group_advantages
+from mdmkit.objectives.rl.likelihood import Network
+from mdmkit.tasks.base import PuzzleTask
+from mdmkit.training.rl.config import RLConfig
+from mdmkit.training.rl.rewards import RewardResult, score_rollouts
+from mdmkit.training.rl.rollout import Rollouts, roll_out
+
+
+@dataclass
+class Experience:
+    """What the inner updates of one step train on. `old[i]` / `ref[i]`: the rolling-out policy's and the
+    reference's estimates under inner update i's mask (None: one inner update, or no reference)."""
+
+    rollouts: Rollouts
+    rewards: RewardResult
+    advantages: torch.Tensor
+    mask_seeds: list[int]
+    old: list[torch.Tensor] | None
+    ref: list[torch.Tensor] | None
+
+    def metrics(self) -> dict[str, float]:
+        """What the step logs of its rollouts: reward (total and each part), NFE per rollout, unfinished share."""
+        rollouts = self.rollouts
+        found = {"reward": self.rewards.total.mean().item(), "nfe": rollouts.nfe.float().mean().item(),
+                 "unfinished": 1.0 - rollouts.finished.float().mean().item(),
+                 "reward_std": self.rewards.total.view(-1, rollouts.group_size).std(1).mean().item()}
+        found.update({f"reward/{name}": part.mean().item() for name, part in self.rewards.parts.items()})
+        return found
+
+
+def mask_generator(seed: int, device: torch.device) -> torch.Generator:
+    return seeded_generator(seed, device)
+
+
+@torch.no_grad()
+def collect(network: Denoiser, reference: Network | None, settings: RLConfig, task: PuzzleTask,
+            tokens: torch.Tensor, answer_mask: torch.Tensor, seed: int, failures: Counter[str] | None = None
+            ) -> Experience:
+    """Roll out `settings.group_size` completions of each prompt of `tokens` / `answer_mask` [P, L] (draws from
+    `seed`), score them, and estimate the old and reference likelihoods under each inner update's mask."""
+    device = tokens.device
+    rollouts = roll_out(network, settings.sampler, task, tokens, answer_mask, settings.group_size,
+                        seeded_generator(stream_seed(seed, 0), device))
+    rewards = score_rollouts(settings.rewards, rollouts, task, failures)
+    advantages = group_advantages(rewards.total, settings.group_size, settings.scale_advantages)
+    seeds = [stream_seed(seed, 1 + i) for i in range(settings.inner_updates)]
+
+    def estimates(scorer: Network) -> list[torch.Tensor]:
+        return [settings.estimator(scorer, rollouts.tokens, rollouts.completion, task.mask_id,
+                                   mask_generator(s, device)) for s in seeds]
+
+    old = estimates(network) if settings.inner_updates > 1 else None
+    ref = estimates(reference) if reference is not None and settings.keeps_reference else None
+    return Experience(rollouts, rewards, advantages, seeds, old, ref)
+
+
+def inner_loss(network: Network, settings: RLConfig, experience: Experience, inner: int,
+               mask_id: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy loss of inner update `inner` (0-based) on `experience`, with that update's mask."""
+    rollouts = experience.rollouts
+    device = rollouts.tokens.device
+    logp = settings.estimator(network, rollouts.tokens, rollouts.completion, mask_id,
+                              mask_generator(experience.mask_seeds[inner], device))
+    old = experience.old[inner] if experience.old is not None else None
+    ref = experience.ref[inner] if experience.ref is not None else None
+    return settings.loss(logp, experience.advantages.to(logp.dtype), rollouts.completion, settings.group_size,
+                         old, ref)
