@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusion_gemma_support import PAD, canvas_of_first_end, eb, left_padded, network, run, saved_model, tiny_model
+from diffusion_gemma_support import (
+    PAD,
+    assert_same,
+    canvas_of_first_end,
+    eb,
+    left_padded,
+    network,
+    run,
+    saved_model,
+    tiny_model,
+)
 
 from mdmkit.core.errors import CapabilityError, CheckpointError, ConfigError
 from mdmkit.models.canvas import CanvasSpec
@@ -181,3 +191,34 @@ def test_a_stop_condition_notes_the_nfe_and_ends_the_row() -> None:
         assert torch.equal(sampled.tokens[0, : start + 8], free.tokens[0, : start + 8])
         if not lockstep:
             assert int(counter.nfe[0]) == 3 and bool((sampled.tokens[0, start + 8:] == PAD).all())
+
+
+def test_a_checkpoint_s_own_generate_settings(tmp_path: Path) -> None:
+    """A checkpoint's generation_config.json may set other values than transformers' defaults (the preset's): its
+    network reports them and `following` takes them, so the sampler is that checkpoint's `generate` again."""
+    from tiny_text_models import byte_level_tokenizer
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+    from mdmkit.models.llm.registry import load_model
+
+    model = tiny_model(vocab=16, sharpen=6.0)
+    settings = {"max_denoising_steps": 5, "t_min": 0.2, "t_max": 0.9, "stability_threshold": 0,
+                "confidence_threshold": 1.5}
+    model.generation_config.update(**settings, sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.7),
+                                   eos_token_id=1, pad_token_id=0)
+    model.save_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="holds its tokenizer"):
+        load_model(str(tmp_path), "diffusion_gemma")
+    byte_level_tokenizer().save_pretrained(tmp_path)
+    net, _ = load_model(str(tmp_path), "diffusion_gemma")
+    assert net.generate_settings == {**settings, "entropy_bound": 0.7}
+    sampler = RevisableSampler().following(net.generate_settings)
+    assert (sampler.max_steps, sampler.t_min, sampler.rule.gamma) == (5, 0.2, 0.7)
+    assert RevisableSampler(rule=ThresholdSampler()).following({"entropy_bound": 0.7}).rule == ThresholdSampler()
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    ids, keep = left_padded(prompts)
+    torch.manual_seed(1)
+    ref = net.model.generate(ids, attention_mask=keep.long(), max_new_tokens=16)  # the checkpoint's own settings
+    assert_same(ref, *run(net, prompts, 16, sampler))
+    with pytest.raises(ConfigError, match="no RevisableSampler field"):
+        RevisableSampler().following({"top_k": 3})

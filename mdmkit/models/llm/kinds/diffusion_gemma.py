@@ -24,6 +24,7 @@ from mdmkit.models.llm.hf import check_model_source
 from mdmkit.models.llm.registry import ModelKind, register_kind
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the precisions its published weights run in
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 
 def _ids(value: Any) -> tuple[int, ...]:
@@ -70,6 +71,16 @@ class DiffusionGemmaNetwork(nn.Module):
     @property
     def vocab_size(self) -> int:
         return self._spec.vocab_size
+
+    @property
+    def generate_settings(self) -> dict[str, Any]:
+        """The sampling settings the checkpoint's generation_config.json sets (transformers' names; `entropy_bound`
+        for its sampler config's bound): its `generate` uses them where transformers' defaults (the preset's) differ."""
+        config = getattr(self.model, "generation_config", None)
+        names = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
+        settings = {name: getattr(config, name) for name in names if getattr(config, name, None) is not None}
+        bound = getattr(getattr(config, "sampler_config", None), "entropy_bound", None)
+        return settings if bound is None else {**settings, "entropy_bound": bound}
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -163,6 +174,10 @@ def load(name_or_path: str, kind: ModelKind, *, trust_remote_code: bool = False,
     local = Path(name_or_path).expanduser()
     source: str | Path = local if local.is_dir() else name_or_path
     offline = bool(local_files_only) or isinstance(source, Path)
+    if isinstance(source, Path) and not any((source / name).is_file() for name in _TOKENIZER_FILES):
+        # transformers would build a tokenizer of a few special tokens from a directory without its files
+        raise CheckpointError(f"no {' nor '.join(_TOKENIZER_FILES)} in {name_or_path}: a DiffusionGemma directory "
+                              "holds its tokenizer")
     try:
         from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
     except ImportError as error:
