@@ -22,6 +22,7 @@ SETTINGS_MODULES = (
     "mdmkit.models.llm.hf", "mdmkit.objectives", "mdmkit.objectives.speculative", "mdmkit.tasks.arithmetic",
     "mdmkit.tasks.chars", "mdmkit.tasks.code", "mdmkit.tasks.gsm8k", "mdmkit.tasks.maze", "mdmkit.tasks.sudoku",
     "mdmkit.training.indicator.trajectories", "mdmkit.training.optim", "mdmkit.training.sft.config",
+    "mdmkit.objectives.rl", "mdmkit.training.rl.config", "mdmkit.training.rl.rewards",
 )
 
 register("run", RunConfig)

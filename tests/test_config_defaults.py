@@ -27,7 +27,8 @@ from mdmkit.core.schema import defaults
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # Groups whose options build a settings object (the others configure Hydra, Lightning or sweeps).
-GROUPS = ("sampler", "block_rule", "model", "task", "objective", "optim", "indicator", "sft", "trajectories")
+GROUPS = ("sampler", "block_rule", "model", "task", "objective", "optim", "indicator", "sft", "trajectories", "rl",
+          "rl_estimator", "rl_loss", "reward")
 # Results-neutral machine settings: the CLI sizes them for the 2-core default machine, Python stays serial.
 MACHINE_SETTINGS = ("workers",)
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]

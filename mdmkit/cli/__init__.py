@@ -64,6 +64,8 @@ def _train(cfg: DictConfig, resume: ResumePlan | None) -> None:
             from mdmkit.training.indicator.train import run_indicator_training as run
         elif plan.kind == "sft":
             from mdmkit.training.sft.train import run_sft as run
+        elif plan.kind == "rl":
+            from mdmkit.training.rl.train import run_rl_training as run
         else:
             from mdmkit.training.train import run_training as run
         run(plan, Path(HydraConfig.get().runtime.output_dir), on_start=on_start)

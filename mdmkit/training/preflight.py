@@ -41,14 +41,15 @@ class MDMParts:
 @dataclass(frozen=True)
 class TrainingPlan:
     """What a training run is, read once. `kind` picks the run: an MDM ("mdm"), an NI indicator on a frozen base
-    MDM ("indicator", experiment=*_indicator) or the fine-tuning of a pretrained diffusion LLM ("sft",
-    experiment=*_sft). `config` is the resolved config, as checkpoints keep it and result rows record it. `run`
+    MDM ("indicator", experiment=*_indicator), the fine-tuning of a pretrained diffusion LLM ("sft",
+    experiment=*_sft) or RL on an MDM ("rl", experiment=*_rl; its `RLParts` are `MDMParts` with the RL settings).
+    `config` is the resolved config, as checkpoints keep it and result rows record it. `run`
     and `data` are its settings, typed and checked; `parts` what its config names, built once (an MDM run's
     `MDMParts`, a fine-tuning run's `SFTParts`; an indicator run builds its own). `preset`: the `sampler=` option
     the run was composed with (the CLI reads it from Hydra), named in the row of the test evaluation. `notes`: what
     the banner says the run will read and evaluate, found by the checks."""
 
-    kind: Literal["mdm", "indicator", "sft"]
+    kind: Literal["mdm", "indicator", "sft", "rl"]
     config: dict[str, Any]
     run: RunConfig
     data: DataConfig
@@ -102,6 +103,11 @@ def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
 
         sft = plan_sft(config, run, data, preset)
         return TrainingPlan("sft", config, run, data, sft.parts, preset, sft.notes)
+    if config.get("rl") is not None:
+        from mdmkit.training.rl.plan import plan_rl
+
+        parts, notes = plan_rl(config, data)
+        return TrainingPlan("rl", config, run, data, parts, preset, notes)
     return TrainingPlan("mdm", config, run, data, build_parts(config, data), preset)
 
 

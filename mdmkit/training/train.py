@@ -200,12 +200,13 @@ def costs(task: PuzzleTask, run: RunConfig, data: DataConfig, steps: int | None,
     return lines
 
 
-def run_training(plan: TrainingPlan, output_dir: Path,
-                 on_start: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed."""
+def run_training(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] | None = None,
+                 module_class: type[MDMModule] = MDMModule) -> dict[str, Any]:
+    """Train, save `model.pt`, evaluate the test split; `on_start` runs once every check has passed.
+    `module_class`: what trains the parts (an RL run's trains by rollouts and rewards)."""
     config, run, data = plan.config, plan.run, plan.data
     seed_run(run)
-    module = MDMModule(config, plan.mdm_parts, run)
+    module = module_class(config, plan.mdm_parts, run)
     if run.init_from is not None and run.ckpt_path is None:  # a resume restores its own weights
         start_from(module, run.init_from)
     datamodule = PuzzleDataModule(module.task, data.batch_size, data.eval_batch_size, data.val_examples, run.seed,
@@ -216,7 +217,7 @@ def run_training(plan: TrainingPlan, output_dir: Path,
     evaluation = {"kind": "train", "sampler": config["sampler"], "preset": plan.preset}
     evaluation["family"] = derive_family(evaluation)
     steps = None if plan.trainer.get("fast_dev_run") else plan.trainer["max_steps"]
-    banner = "\n".join([banner, *costs(module.task, run, data, steps, row_label(evaluation))])
+    banner = "\n".join([banner, *plan.notes, *costs(module.task, run, data, steps, row_label(evaluation))])
     trainer, train_time = fit(plan, module, datamodule, output_dir, banner, on_start)
     summary: dict[str, Any] = {"train_time_s": train_time, "global_step": trainer.global_step}
     if trainer.global_rank != 0:

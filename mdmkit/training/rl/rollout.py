@@ -6,7 +6,8 @@ the one it cost and the one a reward may charge.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -61,6 +62,20 @@ class Rollouts:
         return self._decoded
 
 
+@contextmanager
+def evaluating(network: object) -> Iterator[None]:
+    """`network` in eval mode for the block (where it is a module), its mode restored after."""
+    if not isinstance(network, torch.nn.Module):
+        yield
+        return
+    was_training = network.training
+    network.eval()
+    try:
+        yield
+    finally:
+        network.train(was_training)
+
+
 @torch.no_grad()
 def roll_out(network: Denoiser, sampler: Sampler, task: PuzzleTask, tokens: torch.Tensor, answer_mask: torch.Tensor,
              group_size: int, generator: torch.Generator | None) -> Rollouts:
@@ -68,15 +83,8 @@ def roll_out(network: Denoiser, sampler: Sampler, task: PuzzleTask, tokens: torc
     `sampler` (in eval mode, the network's mode restored after)."""
     target = tokens.repeat_interleave(group_size, 0)
     answer = answer_mask.repeat_interleave(group_size, 0)
-    module = network if isinstance(network, torch.nn.Module) else None
-    was_training = module.training if module is not None else False
-    if module is not None:
-        module.eval()
     counter = ForwardCounter(network, target.shape[0])
-    try:
+    with evaluating(network):
         sampled = sampler.sample(counter, target.masked_fill(answer, task.mask_id), task.mask_id, generator,
                                  stop=task.stop_condition())
-    finally:
-        if module is not None:
-            module.train(was_training)
     return Rollouts(sampled.tokens, target, answer, counter.nfe.clone(), task.mask_id, group_size)

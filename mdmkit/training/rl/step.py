@@ -15,7 +15,7 @@ from mdmkit.objectives.rl.likelihood import Network
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.training.rl.config import RLConfig
 from mdmkit.training.rl.rewards import RewardResult, score_rollouts
-from mdmkit.training.rl.rollout import Rollouts, roll_out
+from mdmkit.training.rl.rollout import Rollouts, evaluating, roll_out
 
 
 @dataclass
@@ -58,8 +58,9 @@ def collect(network: Denoiser, reference: Network | None, settings: RLConfig, ta
     seeds = [stream_seed(seed, 1 + i) for i in range(settings.inner_updates)]
 
     def estimates(scorer: Network) -> list[torch.Tensor]:
-        return [settings.estimator(scorer, rollouts.tokens, rollouts.completion, task.mask_id,
-                                   mask_generator(s, device)) for s in seeds]
+        with evaluating(scorer):  # the old and reference policies without dropout's noise
+            return [settings.estimator(scorer, rollouts.tokens, rollouts.completion, task.mask_id,
+                                       mask_generator(s, device)) for s in seeds]
 
     old = estimates(network) if settings.inner_updates > 1 else None
     ref = estimates(reference) if reference is not None and settings.keeps_reference else None
