@@ -12,8 +12,7 @@ from conftest import TINY, compose_config, run_cli
 from mdmkit.core.errors import ConfigError
 from mdmkit.objectives.rl import CoupledEstimator, GRPOLoss, WD1Loss
 from mdmkit.samplers import ThresholdSampler
-from mdmkit.training.preflight import plan_training
-from mdmkit.training.rl.plan import RLParts
+from mdmkit.training.preflight import RLParts, plan_training
 
 SMALL = [*TINY, "init_from=null", "data.batch_size=2", "data.val_examples=8", "rl.group_size=4", "eval_limit=8"]
 

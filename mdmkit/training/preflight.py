@@ -21,6 +21,7 @@ from mdmkit.training.run_config import DataConfig, RunConfig
 if TYPE_CHECKING:
     from mdmkit.tasks.base import PuzzleTask
     from mdmkit.training.optim import OptimConfig
+    from mdmkit.training.rl.config import RLConfig
     from mdmkit.training.sft.config import SFTConfig, SFTParts
 
 
@@ -36,6 +37,13 @@ class MDMParts:
     optim: OptimConfig
     sampler: Any
     val_sampler: Any
+
+
+@dataclass(frozen=True)
+class RLParts(MDMParts):
+    """An RL run's parts: an MDM run's (it validates and is evaluated as one) and its RL settings (`rl`)."""
+
+    rl: RLConfig
 
 
 @dataclass(frozen=True)
@@ -106,8 +114,9 @@ def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
     if config.get("rl") is not None:
         from mdmkit.training.rl.plan import plan_rl
 
-        parts, notes = plan_rl(config, data)
-        return TrainingPlan("rl", config, run, data, parts, preset, notes)
+        mdm = build_parts(config, data)
+        settings, notes = plan_rl(config, data)
+        return TrainingPlan("rl", config, run, data, RLParts(**vars(mdm), rl=settings), preset, notes)
     return TrainingPlan("mdm", config, run, data, build_parts(config, data), preset)
 
 

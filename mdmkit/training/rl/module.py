@@ -18,8 +18,7 @@ import torch
 
 from mdmkit.core.seeding import stream_seed
 from mdmkit.training.module import MDMModule, loss_on_progress_bar
-from mdmkit.training.preflight import MDMParts
-from mdmkit.training.rl.plan import RLParts
+from mdmkit.training.preflight import MDMParts, RLParts
 from mdmkit.training.rl.step import Experience, collect, inner_loss
 from mdmkit.training.run_config import RunConfig
 
