@@ -69,3 +69,23 @@ def test_the_command_line_runs_an_rl_experiment(tmp_path: Path) -> None:
     assert "rl: 2 prompts x 4 rollouts per step by threshold-confidence" in out.stdout
     assert "WD1Loss (beta=0)" in out.stdout
     assert list(tmp_path.glob("outputs/maze_rl/*/model.pt"))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_resumed_rl_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
+    """Rollouts and masks are functions of (seed, step, rank), the reference travels in the checkpoint: two steps
+    then two more from last.ckpt give the weights four steps give (one inner update per collection)."""
+    import torch
+
+    from mdmkit.training.rl.train import run_rl_training
+
+    def run(directory: Path, *overrides: str) -> dict[str, torch.Tensor]:
+        plan = _plan(directory, "evaluate_after_training=false", *overrides)
+        run_rl_training(plan, directory)  # type: ignore[arg-type]
+        return torch.load(directory / "model.pt", weights_only=False)["network"]
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    run(tmp_path / "a", "trainer.max_steps=2")
+    resumed = run(tmp_path / "a", "trainer.max_steps=4", f"ckpt_path={tmp_path}/a/checkpoints/last.ckpt")
+    straight = run(tmp_path / "b", "trainer.max_steps=4")
+    assert all(torch.equal(resumed[name], straight[name]) for name in straight)
