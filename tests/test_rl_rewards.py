@@ -162,3 +162,13 @@ def test_rollouts_the_sampler_never_finishes_score_0_and_leave_the_likelihood() 
     assert rollouts.completion.sum(1).tolist() == [1, 0, 1, 0]  # only what was filled is scored
     loss, _ = inner_loss(network, settings, experience, 0, task.mask_id)
     assert torch.isfinite(loss)
+
+
+def test_a_text_rollouts_answer_ends_at_its_end_token_or_stop_and_masks_left_unfinish_it() -> None:
+    from mdmkit.training.rl.text_rollout import _answer
+
+    end, mask = 2, 9
+    assert _answer([5, 6, end, 7, 7], mask, (end,), stopped=True) == (3, 2)  # scored through the end token
+    assert _answer([5, 6, 7, mask, mask], mask, (end,), stopped=True) == (3, 3)  # a stop phrase: the settled part
+    assert _answer([5, mask, 7, mask, 8], mask, (end,), stopped=False) == (5, 1)  # out of budget: masks inside
+    assert _answer([5, 6, 7, 8, 8], mask, (end,), stopped=False) == (5, 5)

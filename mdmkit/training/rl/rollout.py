@@ -6,7 +6,7 @@ the one it cost and the one a reward may charge.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -22,7 +22,8 @@ from mdmkit.tasks.base import PuzzleTask
 class Rollouts:
     """A batch of rollouts, the G of each prompt in consecutive rows. `tokens`: the sampler's output (the mask id
     where it left a position unfilled); `target`, `answer_mask`: the example each came from (for the verifier);
-    `nfe`: forwards each row cost; `texts`, `docs`: a text task's generations and documents."""
+    `nfe`: forwards each row cost; `texts`, `docs`: a text task's generations and documents; `attention`: the
+    mask of real tokens where prompts are left-padded."""
 
     tokens: torch.Tensor  # [B, L]
     target: torch.Tensor  # [B, L]
@@ -32,6 +33,7 @@ class Rollouts:
     group_size: int
     texts: Sequence[str] | None = None
     docs: Sequence[dict] | None = None
+    attention: torch.Tensor | None = None  # [B, L] bool
     _decoded: list[str] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -74,6 +76,20 @@ def evaluating(network: object) -> Iterator[None]:
         yield
     finally:
         network.train(was_training)
+
+
+def with_attention(network: Callable[..., torch.Tensor], attention: torch.Tensor | None
+                   ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`network` hiding the rollouts' left padding; an estimator that stacks copies of the batch (coupled masks,
+    the ELBO's samples) gets the padding mask stacked the same way."""
+    if attention is None:
+        return network
+
+    def scored(tokens: torch.Tensor) -> torch.Tensor:
+        keep = attention.repeat(tokens.shape[0] // attention.shape[0], 1)
+        return network(tokens, attn_mask=keep[:, None, None, :])  # over heads and queries, as samplers pass it
+
+    return scored
 
 
 @torch.no_grad()

@@ -14,8 +14,8 @@ from mdmkit.objectives.rl import group_advantages
 from mdmkit.objectives.rl.likelihood import Network
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.training.rl.config import RLConfig
-from mdmkit.training.rl.rewards import RewardResult, score_rollouts
-from mdmkit.training.rl.rollout import Rollouts, evaluating, roll_out
+from mdmkit.training.rl.rewards import RewardResult, Task, score_rollouts
+from mdmkit.training.rl.rollout import Rollouts, evaluating, roll_out, with_attention
 
 
 @dataclass
@@ -49,18 +49,27 @@ def collect(network: Denoiser, reference: Network | None, settings: RLConfig, ta
             tokens: torch.Tensor, answer_mask: torch.Tensor, seed: int, failures: Counter[str] | None = None
             ) -> Experience:
     """Roll out `settings.group_size` completions of each prompt of `tokens` / `answer_mask` [P, L] (draws from
-    `seed`), score them, and estimate the old and reference likelihoods under each inner update's mask."""
-    device = tokens.device
+    `seed`), then `prepare` them."""
     rollouts = roll_out(network, settings.sampler, task, tokens, answer_mask, settings.group_size,
-                        seeded_generator(stream_seed(seed, 0), device))
+                        seeded_generator(stream_seed(seed, 0), tokens.device))
+    return prepare(network, reference, settings, task, rollouts, seed, failures)
+
+
+@torch.no_grad()
+def prepare(network: Network, reference: Network | None, settings: RLConfig, task: Task, rollouts: Rollouts,
+            seed: int, failures: Counter[str] | None = None) -> Experience:
+    """Score `rollouts`, and estimate the old and reference likelihoods under each inner update's mask (mask
+    seeds from `seed`)."""
+    device = rollouts.tokens.device
     rewards = score_rollouts(settings.rewards, rollouts, task, failures)
     advantages = group_advantages(rewards.total, settings.group_size, settings.scale_advantages)
     seeds = [stream_seed(seed, 1 + i) for i in range(settings.inner_updates)]
 
     def estimates(scorer: Network) -> list[torch.Tensor]:
         with evaluating(scorer):  # the old and reference policies without dropout's noise
-            return [settings.estimator(scorer, rollouts.tokens, rollouts.completion, task.mask_id,
-                                       mask_generator(s, device)) for s in seeds]
+            return [settings.estimator(with_attention(scorer, rollouts.attention), rollouts.tokens,
+                                       rollouts.completion, rollouts.mask_id, mask_generator(s, device))
+                    for s in seeds]
 
     old = estimates(network) if settings.inner_updates > 1 else None
     ref = estimates(reference) if reference is not None and settings.keeps_reference else None
@@ -72,7 +81,8 @@ def inner_loss(network: Network, settings: RLConfig, experience: Experience, inn
     """The policy loss of inner update `inner` (0-based) on `experience`, with that update's mask."""
     rollouts = experience.rollouts
     device = rollouts.tokens.device
-    logp = settings.estimator(network, rollouts.tokens, rollouts.completion, mask_id,
+    scorer = with_attention(network, rollouts.attention)
+    logp = settings.estimator(scorer, rollouts.tokens, rollouts.completion, mask_id,
                               mask_generator(experience.mask_seeds[inner], device))
     old = experience.old[inner] if experience.old is not None else None
     ref = experience.ref[inner] if experience.ref is not None else None

@@ -1,0 +1,76 @@
+"""A LoRA RL step on the tiny LLaDA and Dream models (random weights, the real tokenizer layout): rollouts of
+GSM8K-format prompts (of two lengths: left padding) by a cached sampler, rewards, one policy update that moves the
+adapters and leaves the base as it was. The tiny models say nothing about accuracy; the point is that every piece
+runs on the native networks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+pytest.importorskip("peft")
+
+from mdmkit.evaluation.generation import TextModel
+from mdmkit.models.llm.hf import load_native
+from mdmkit.models.llm.lora import LoRA, add_lora
+from mdmkit.models.llm.tiny import make_tiny_model
+from mdmkit.objectives.rl import CoupledEstimator, GRPOLoss, OneStepEstimator
+from mdmkit.samplers import TopKSampler
+from mdmkit.tasks.gsm8k import GSM8KTask
+from mdmkit.training.rl.config import RLConfig
+from mdmkit.training.rl.rewards import Reward, Task, Verified
+from mdmkit.training.rl.rollout import Rollouts
+from mdmkit.training.rl.step import inner_loss, prepare
+from mdmkit.training.rl.text_rollout import roll_out_text
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-rl")
+    return {kind: make_tiny_model(kind, root / kind) for kind in ("llada", "dream")}
+
+
+@dataclass
+class Parity(Reward):
+    """A reward random texts vary in (their length's parity): the tiny models solve nothing."""
+
+    def score(self, rollouts: Rollouts, task: Task) -> torch.Tensor | Sequence[float]:
+        return [float(len(text) % 2) for text in rollouts.text(None)]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(("kind", "estimator"), [("llada", OneStepEstimator()), ("dream", CoupledEstimator())])
+def test_a_lora_rl_step_on_a_tiny_native_model(tiny: dict[str, Path], kind: str, estimator: object) -> None:
+    network, tokenizer = load_native(str(tiny[kind]), kind)
+    base = {name: tensor.clone() for name, tensor in network.state_dict().items()}
+    network = add_lora(network, LoRA(r=4))
+    model = TextModel(network, tokenizer, network.config.max_positions)
+    task = GSM8KTask(data_dir=str(ROOT / "examples" / "arithmetic"), shots=0, chat=True, max_gen_len=16)
+    docs = [task.docs("train")[0], {"question": "What is 12 + 30 - 4 + 1?", "answer": "12 + 30 = 42. 42 - 4 = 38. "
+                                                                         "38 + 1 = 39.\n#### 39"}]
+    sampler = TopKSampler(k=2, temperature=1.0, block_length=8, cache="dual")
+    settings = RLConfig(group_size=4, sampler=sampler, estimator=estimator, loss=GRPOLoss(beta=0.0),  # type: ignore[arg-type]
+                        rewards={"verified": Verified(), "parity": Parity()})
+    rollouts = roll_out_text(model, sampler, task, docs, settings.group_size, torch.Generator().manual_seed(0))
+    assert len(rollouts.texts or []) == 8 and rollouts.docs is not None and rollouts.docs[4] == docs[1]
+    assert (rollouts.nfe <= 8).all() and (rollouts.nfe >= 1).all()  # two tokens a forward: at most 8 forwards
+    assert rollouts.completion.any(1).all() and rollouts.finished.all()
+    assert rollouts.attention is not None and not rollouts.attention[0].all()  # the shorter prompt is left-padded
+    experience = prepare(network, None, settings, task, rollouts, seed=0)
+    assert experience.rewards.parts["verified"].sum() == 0 and experience.advantages.abs().sum() > 0
+    loss, _ = inner_loss(network, settings, experience, 0, rollouts.mask_id)
+    optimizer = torch.optim.AdamW([p for p in network.parameters() if p.requires_grad], lr=1e-2)
+    loss.backward()
+    optimizer.step()
+    adapters = {name: p for name, p in network.named_parameters() if ".lora_B" in name}
+    assert adapters and any(p.abs().sum() > 0 for p in adapters.values())  # B starts at 0: the update moved it
+    after = network.state_dict()
+    for name, tensor in base.items():
+        module, _, leaf = name.rpartition(".")
+        adapted = f"{module}.base_layer.{leaf}"
+        assert torch.equal(after[adapted if adapted in after else name], tensor), name
