@@ -21,7 +21,7 @@ from mdmkit.core.progress import ForwardTicks, progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
-from mdmkit.models.denoiser import require_capabilities
+from mdmkit.models.denoiser import CANVAS, require_capabilities
 from mdmkit.models.llm.hf import HFCausalLM
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
 from mdmkit.tasks.extraction import truncate_at_stop
@@ -143,6 +143,9 @@ def check_trained_for(objective: str, sampler: Sampler) -> None:
     if objective.endswith(".MaskedDiffusionLoss") and causal:
         raise CapabilityError(f"this model was trained as a masked diffusion model: sampler {name} decodes "
                               "next-token models; pick a masked sampler (e.g. sampler=eb)")
+    if objective.endswith(".UniformDiffusionLoss") and CANVAS not in sampler.requires:
+        raise CapabilityError(f"this model was trained on uniform noise (UniformDiffusionLoss) and has no mask token "
+                              f"to unmask: decode it with sampler=diffusion_gemma (revisable canvases), not {name}")
 
 
 def check_sampler(model: TextModel, sampler: Sampler | None) -> None:

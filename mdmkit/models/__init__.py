@@ -1,3 +1,4 @@
+from mdmkit.models.self_conditioned import SelfConditionedConfig, SelfConditionedTransformer
 from mdmkit.models.transformer import MaskedTransformer, TransformerConfig
 
-__all__ = ["MaskedTransformer", "TransformerConfig"]
+__all__ = ["MaskedTransformer", "SelfConditionedConfig", "SelfConditionedTransformer", "TransformerConfig"]

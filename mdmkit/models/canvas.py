@@ -22,6 +22,8 @@ class CanvasSpec:
     vocab_size: int  # the canvas's noise and the decoder's draws range over [0, vocab_size)
     eos_ids: tuple[int, ...]  # a canvas holding one ends its row (none: rows run to full length)
     pad_id: int | None  # what follows a row's end (None: left as decoded)
+    # the whole sequence is one canvas (mdmkit's own networks): no encoder; the positions to fill may lie anywhere
+    in_place: bool = False
 
 
 class CanvasDenoiser(Protocol):
@@ -29,7 +31,8 @@ class CanvasDenoiser(Protocol):
     no padding) and returns its state (the encoder cache, masks, positions); `encode` runs the encoder over `tokens`
     [B, T] (the prompt, then each finished canvas) into that state; `decode` is one decoder forward over `canvas`
     [R, L] with the previous step's logits (None at a canvas's first step), returning float32 logits [R, L, V]:
-    for the batch rows `rows` (ascending; None: every row), the others left out of the forward."""
+    for the batch rows `rows` (ascending; None: every row), the others left out of the forward. An `in_place` network
+    is opened on the whole rows with `keep` False at the positions to fill, keeps its givens and never encodes."""
 
     @property
     def canvas(self) -> CanvasSpec: ...

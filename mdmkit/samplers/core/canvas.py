@@ -15,6 +15,10 @@ beside it (`encoder`). Rows stop independently: a row that has stopped its canva
 row's logits do not depend on the other rows of its forward: bit for bit on the CPU; a GPU may round a smaller batch
 differently), while every draw is still made for the whole batch, as the reference's are, so the random stream is
 the reference's.
+
+An `in_place` network (mdmkit's own, trained on uniform noise) makes the whole sequence one canvas: its masks mark the
+positions to fill, wherever they are; the givens stay, the rule ranks and the stop averages over the positions to fill
+only, and no encoder runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import torch
 
 from mdmkit.core.config import require
+from mdmkit.models.canvas import CanvasSpec
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.protocol import Canvas, Sampled
 
@@ -36,11 +41,12 @@ class Draw:
     """One step's predictions for the whole batch, as an acceptance rule reads them."""
 
     def __init__(self, logits: torch.Tensor, probs: torch.Tensor, drawn: torch.Tensor, current: torch.Tensor,
-                 step: int, max_steps: int) -> None:
+                 step: int, max_steps: int, eligible: torch.Tensor | None = None) -> None:
         self.logits, self.probs = logits, probs  # [B, L, V] float32, tempered, and their softmax
         self.drawn = drawn  # [B, L] the denoiser's canvas: one draw from softmax(logits) per position
         self.current = current  # [B, L] the canvas the step started from
         self.step, self.max_steps = step, max_steps  # 0-based step of this canvas, and the most it may take
+        self.eligible = eligible  # [B, L] bool: the positions a rule may rank (None: every position)
 
     @cached_property
     def entropy(self) -> torch.Tensor:
@@ -51,6 +57,13 @@ class Draw:
     def drawn_prob(self) -> torch.Tensor:
         """[B, L] the probability of each drawn token."""
         return self.probs.gather(-1, self.drawn[..., None]).squeeze(-1)
+
+    @property
+    def mean_entropy(self) -> torch.Tensor:
+        """[B] the mean entropy over the eligible positions, which the adaptive stop reads."""
+        if self.eligible is None:
+            return self.entropy.mean(-1)
+        return (self.entropy * self.eligible).sum(-1) / self.eligible.sum(-1).clamp(min=1)
 
 
 Acceptance = Callable[[Draw], torch.Tensor]  # -> bool [B, L]: the drawn tokens kept (the others are renoised)
@@ -96,6 +109,14 @@ def answer_start(canvas: Canvas) -> int:
     return start
 
 
+def in_place(canvas: Canvas, spec: CanvasSpec) -> torch.Tensor:
+    """The positions an in-place canvas fills [B, L]: its mask_id positions (one line where the sizes disagree)."""
+    require(canvas.tokens.shape[1] == spec.length,
+            f"an in-place canvas is the whole sequence: {canvas.tokens.shape[1]} tokens, the network's {spec.length}")
+    require(canvas.attention_mask is None, "an in-place canvas has no padding to hide")
+    return canvas.tokens == canvas.mask_id
+
+
 def _settle(settled: torch.Tensor, ended: torch.Tensor, eos: torch.Tensor | None,
             pad_id: int | None) -> torch.Tensor:
     """A finished canvas [B, L] as its rows keep it: rows ended before are all padding, and whatever follows a row's
@@ -128,12 +149,16 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
     """Fill the trailing answer of `canvas` (its mask_id columns) canvas by canvas (see the module)."""
     spec, generator = network.canvas, canvas.generator
     tokens = canvas.tokens.clone()
-    start = answer_start(canvas)
+    fill = in_place(canvas, spec) if spec.in_place else None
+    start = 0 if fill is not None else answer_start(canvas)
     batch, width = tokens.shape[0], spec.length
     device = tokens.device
     n_answer = tokens.shape[1] - start
-    keep = None if canvas.attention_mask is None else canvas.attention_mask[:, :start]
-    state = network.open_canvas(tokens[:, :start], keep)
+    if fill is not None:
+        state = network.open_canvas(tokens, ~fill)
+    else:
+        keep = None if canvas.attention_mask is None else canvas.attention_mask[:, :start]
+        state = network.open_canvas(tokens[:, :start], keep)
     eos = torch.tensor(spec.eos_ids, device=device) if spec.eos_ids else None
     filler = spec.pad_id if spec.pad_id is not None else canvas.mask_id
 
@@ -151,9 +176,12 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
     reveal_step = torch.full_like(tokens, -1)
     answer = torch.zeros_like(tokens, dtype=torch.bool)
     answer[:, start:] = True
+    if fill is not None:
+        answer = fill.clone()
     context = tokens[:, :start]
     for index in range(math.ceil(n_answer / width)):
-        network.encode(every[~ended], state, context)
+        if fill is None:
+            network.encode(every[~ended], state, context)
         current = torch.randint(0, spec.vocab_size, (batch, width), device=device, generator=generator)
         argmax, previous = current, None
         done = torch.zeros_like(ended)  # rows that have stopped this canvas
@@ -163,8 +191,8 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
             logits = schedule.temper(_decode(network, state, running, needed(done, ended), current, previous), step)
             probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
             drawn = torch.multinomial(probs.view(-1, spec.vocab_size), 1, generator=generator).view(batch, width)
-            draw = Draw(logits, probs, drawn, current, step, schedule.max_steps)
-            kept = accept(draw)
+            draw = Draw(logits, probs, drawn, current, step, schedule.max_steps, fill)
+            kept = accept(draw) if fill is None else accept(draw) | ~fill  # a given is drawn as itself
             noise = torch.randint(0, spec.vocab_size, (batch, width), device=device, generator=generator)
             new_current = torch.where(kept, drawn, noise)
             new_argmax = logits.argmax(-1)
@@ -177,7 +205,7 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
                 stable = (history == new_argmax[None]).all(-1).all(0)
                 if history.shape[0]:
                     history = torch.cat([history[1:], new_argmax[None]])
-                confident = draw.entropy.mean(-1) < confidence  # (frozen rows: unused)
+                confident = draw.mean_entropy < confidence  # (frozen rows: unused)
                 done = done | (stable & confident)
             current, argmax, previous = new_current, new_argmax, logits
             steps += running.long()
@@ -190,6 +218,9 @@ def revise(network: ForwardCounter, canvas: Canvas, schedule: CanvasSchedule, ac
         columns = slice(start + index * width, min(start + (index + 1) * width, tokens.shape[1]))
         tokens[:, columns] = settled[:, : columns.stop - columns.start]
         reveal_step[:, columns] = (steps - 1).clamp(min=0)[:, None]
+        if fill is not None:
+            tokens = torch.where(fill, tokens, canvas.tokens)
+            reveal_step = torch.where(fill, reveal_step, -1)
         ended |= newly
         if canvas.stop is not None:
             met = ~stopped & canvas.stop.met(tokens, answer, canvas.mask_id)

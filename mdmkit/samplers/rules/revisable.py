@@ -48,13 +48,20 @@ def acceptance(rule: MaskedSampler) -> Acceptance:
             error = draw.entropy
         else:
             error = proxy(draw.probs, draw.drawn_prob, None)
+        if draw.eligible is not None:  # an in-place canvas: its givens ranked last, as padding
+            error = error.masked_fill(~draw.eligible, torch.inf)
         ranked_error, order = torch.sort(error, dim=-1)
         batch, width = order.shape
-        full = torch.full((batch,), width, dtype=torch.long, device=order.device)
-        ranked = Ranked(entropy=draw.entropy.gather(1, order), confidence=draw.drawn_prob.gather(1, order),
-                        n_eligible=full, step_in_block=torch.full_like(full, draw.step), block_size=full,
-                        error=ranked_error)
-        counts = budget(ranked).clamp(min=least, max=width)
+        entropy, confidence = draw.entropy.gather(1, order), draw.drawn_prob.gather(1, order)
+        if draw.eligible is None:
+            count = torch.full((batch,), width, dtype=torch.long, device=order.device)
+        else:
+            count = draw.eligible.sum(-1)
+            padding = torch.arange(width, device=order.device)[None, :] >= count[:, None]
+            entropy, confidence = entropy.masked_fill(padding, 0.0), confidence.masked_fill(padding, 0.0)
+        ranked = Ranked(entropy=entropy, confidence=confidence, n_eligible=count,
+                        step_in_block=torch.full_like(count, draw.step), block_size=count, error=ranked_error)
+        counts = torch.minimum(budget(ranked).clamp(min=least), count)
         ranks = torch.arange(width, device=order.device)
         return torch.zeros_like(order, dtype=torch.bool).scatter(1, order, ranks[None, :] < counts[:, None])
 
@@ -126,6 +133,7 @@ class RevisableSampler(Sampler):
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         if CANVAS not in network.capabilities:
-            raise CapabilityError("revisable decoding needs a canvas network (hf.kind=diffusion_gemma); a masked "
+            raise CapabilityError("revisable decoding needs a canvas network (hf.kind=diffusion_gemma, or one "
+                                  "trained with objective=uniform_diffusion); a masked "
                                   "one decodes with a masked sampler (e.g. sampler=eb)")
         return revise(network, canvas, self.schedule, acceptance(self.rule))
