@@ -3,6 +3,7 @@
     from mdmkit import api
 
     sampler = api.sampler("fastdllm_threshold", cache="dual", tau=0.9)     # conf/sampler/<preset>.yaml + fields
+    default = api.kind_sampler("diffusion_gemma")                          # the kind's own, when none is named
     model = api.load_text_model("GSAI-ML/LLaDA-8B-Instruct", kind="llada", dtype="bfloat16", device="cuda")
     made = api.generate(model, ["Question: ..."], sampler, gen_length=256)  # .texts, .nfe, .nfe_to_stop
     filled = api.fill(model.network, [[12, 7, 99]], sampler, gen_length=32, mask_id=model.network.mask_id)
@@ -26,9 +27,10 @@ from mdmkit.evaluation.generation import generate as run_generation
 from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.text_eval import load_text_model as _load_text_model
+from mdmkit.models.llm.registry import model_kind
 from mdmkit.samplers import ForwardCounter, Sampler
 
-__all__ = ["Filled", "Generations", "TextModel", "fill", "generate", "load_text_model", "sampler"]
+__all__ = ["Filled", "Generations", "TextModel", "fill", "generate", "kind_sampler", "load_text_model", "sampler"]
 
 
 def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) -> Sampler:
@@ -40,6 +42,13 @@ def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) 
     require(not unknown, f"sampler {preset}: unknown field(s) {unknown} (valid: "
                          f"{', '.join(sorted(k for k in config if k != '_target_'))})")
     return build_sampler({**config, **fields}, network)
+
+
+def kind_sampler(kind: str, network: torch.nn.Module | None = None, **fields: Any) -> Sampler:
+    """The sampler a model of `kind` generates with when none is named (its record's `default_sampler`, as
+    evaluate.py and mdmkit-lm-eval take it: `diffusion_gemma` for DiffusionGemma, `ntp` for a causal LM, else
+    `eb`), with `fields` set on top."""
+    return sampler(model_kind(kind).default_sampler, network, **fields)
 
 
 def load_text_model(name_or_path: str, kind: str = "generic", *,

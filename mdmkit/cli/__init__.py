@@ -18,7 +18,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mdmkit.cli import harness
-from mdmkit.cli.overrides import check_known_keys, check_sweep_overrides, check_task_named, task_fields
+from mdmkit.cli.overrides import (
+    check_known_keys,
+    check_sweep_overrides,
+    check_task_named,
+    names_sampler,
+    task_fields,
+)
 from mdmkit.cli.process import command_line, contained, refused_in_one_line, set_up_process
 from mdmkit.training.resume import ResumePlan, is_rank_zero, plan_resume
 
@@ -89,7 +95,8 @@ def _evaluate(cfg: DictConfig) -> None:
     overrides = list(hydra_config.overrides.task)
     with contained():
         check_sweep_overrides(cfg, overrides)
-        plan = plan_evaluation(cfg, preset=_preset(), task_fields=task_fields(overrides))
+        plan = plan_evaluation(cfg, preset=_preset(), task_fields=task_fields(overrides),
+                               sampler_named=names_sampler(overrides))
         rows = run_evaluation(plan, output_dir)
         if hydra_config.mode == RunMode.MULTIRUN:
             _save_rows(rows, output_dir)

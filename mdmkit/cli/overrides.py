@@ -28,6 +28,12 @@ def task_fields(overrides: list[str]) -> set[str]:
     return {o.key_or_group.split(".")[1] for o in parse_overrides(overrides) if o.key_or_group.startswith("task.")}
 
 
+def names_sampler(overrides: list[str]) -> bool:
+    """Whether a command line picks a sampler or sets one of its fields (`sampler=eb`, `sampler.k=2`,
+    `sampler@sampler.rule=topk`): where none does, a text task takes its model kind's own default sampler."""
+    return any(o.key_or_group.lstrip("+~").split("@")[0].split(".")[0] == "sampler" for o in parse_overrides(overrides))
+
+
 def check_task_named(argv: list[str]) -> None:
     """`task.FIELD=...` needs `task=NAME` beside it: evaluate.py has no task until one is named (the checkpoint's
     own otherwise), and Hydra's own refusal suggests `+task.FIELD`, which builds no task at all."""

@@ -21,6 +21,7 @@ from mdmkit.core.progress import ForwardTicks, progress_bar
 from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.core.stopping import AnswerBudget, AnyStop, Stop, StopCondition, TextStop
 from mdmkit.evaluation.distributed import SINGLE_PROCESS, Ranks
+from mdmkit.models.canvas import CanvasSpec
 from mdmkit.models.denoiser import CANVAS, require_capabilities
 from mdmkit.models.llm.hf import HFCausalLM
 from mdmkit.samplers import ForwardCounter, NTPDecoder, Sampler, SBDSampler
@@ -55,6 +56,17 @@ class TextModel:
             if candidate is not None:
                 return int(candidate)
         return 0
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """The ids that end an answer, one set for the sampler's stop and the cut of the scored text. A network that
+        states its own wins (a canvas network's generation config: the ids its loop ends rows at, as its `generate`
+        does; Gemma's <end_of_turn> beside <eos>); else the tokenizer's end-of-text token."""
+        spec = getattr(self.network, "canvas", None)
+        if isinstance(spec, CanvasSpec) and spec.eos_ids:
+            return spec.eos_ids
+        eos = self.tokenizer.eos_token_id
+        return () if eos is None else (int(eos),)
 
     def mask_id_for(self, sampler: Sampler | None) -> int:
         """The id of the positions to fill. A masked model: its mask token. A causal LM decoded by NTP: an id
@@ -95,7 +107,7 @@ class TextModel:
 
 @dataclass
 class Generations:
-    """Per prompt: the raw answer text, the text scored (cut at the end-of-text token and the stop phrase), NFE to
+    """Per prompt: the raw answer text, the text scored (cut at the end ids and the stop phrase), NFE to
     full length and to the stop."""
 
     raw: list[str]
@@ -185,13 +197,14 @@ def _row_groups(model: TextModel, sampler: Sampler, encoded: Sequence[list[int]]
     return list(groups.values())
 
 
-def _settled(ids: torch.Tensor, mask_id: int, end_id: int | None) -> tuple[list[int], list[int]]:
+def _settled(ids: torch.Tensor, mask_id: int, end_ids: tuple[int, ...]) -> tuple[list[int], list[int]]:
     """The answer ids before the first still-masked position (rows stopped early keep masks after it), and the
-    part of them before the end-of-text token (what is scored: the model ended its answer there)."""
+    part of them before the first end id (what is scored: the model ended its answer there)."""
     values = ids.tolist()
     if mask_id in values:
         values = values[: values.index(mask_id)]
-    return values, values[: values.index(end_id)] if end_id in values else values
+    end = next((i for i, value in enumerate(values) if value in end_ids), len(values))
+    return values, values[:end]
 
 
 @torch.no_grad()
@@ -209,8 +222,8 @@ def generate(
     ranks: Ranks = SINGLE_PROCESS,
 ) -> Generations | None:
     """An answer of at most `gen_length` tokens for every prompt, by `sampler` through a forward counter. A row
-    stops being sampled once its settled text reaches the end-of-text token or a stop phrase; only the text before
-    them is scored, and each row's NFE is counted to full length and to that stop.
+    stops being sampled once its settled text reaches an end id (`TextModel.end_ids`) or a stop phrase; only the
+    text before them is scored, and each row's NFE is counted to full length and to that stop.
 
     Batch `i` draws from random stream `i` of `seed`; under data parallelism (`ranks`) each process runs its share
     of the batches and rank 0 returns every prompt's answer, the other ranks None."""
@@ -219,8 +232,8 @@ def generate(
     check_sampler(model, sampler)
     mask_id = model.mask_id_for(sampler)
     device = next(model.network.parameters()).device
-    end_id = model.tokenizer.eos_token_id
-    conditions: list[Stop] = [StopCondition.of([end_id])] if end_id is not None else []
+    end_ids = model.end_ids
+    conditions: list[Stop] = [StopCondition.of(list(end_ids))] if end_ids else []
     if stops:
         conditions.append(TextStop(tuple(stops), model.decode))
     if model.causal:
@@ -246,7 +259,7 @@ def generate(
             sampled = sampler.sample(counter, canvas, mask_id, generator, attention_mask=attention, stop=stop)
             to_stop = counter.nfe_to_stop
             for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
-                settled, ended = _settled(tokens[first: first + gen_length], mask_id, end_id)
+                settled, ended = _settled(tokens[first: first + gen_length], mask_id, end_ids)
                 rows_made[batch.begin + i] = (model.decode(settled), model.decode(ended), int(counter.nfe[j]),
                                               int(to_stop[j]), int(counter.tokens[j]))
         bar.update(1)

@@ -1,10 +1,11 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
-`model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default `eb`, and `ntp` for
-a causal kind) and its fields (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`,
-`max_length`, `gen_length` (when a request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON
-line per request with its NFE). Importing this module registers it in lm-eval's registry (`mdmkit-lm-eval`
-registers it by module path: mdmkit/cli/harness.py).
+`model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default the kind's own,
+`ModelKind.default_sampler`: `eb`, `ntp` for a causal kind, `diffusion_gemma` for DiffusionGemma) and its fields
+(a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`, `max_length`, `gen_length` (when a
+request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON line per request with its NFE).
+Importing this module registers it in lm-eval's registry (`mdmkit-lm-eval` registers it by module path:
+mdmkit/cli/harness.py).
 
 Data parallel through lm-eval's own mechanism, without `accelerate`: under `torchrun --no-python mdmkit-lm-eval`
 each process holds a replica on its local rank's GPU (on a CPU, gloo), lm-eval gives it every N-th document and

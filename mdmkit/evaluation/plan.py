@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mdmkit.core.config import build, require, require_bool, require_int, to_container
+from mdmkit.core.config import build, option, require, require_bool, require_int, to_container
 from mdmkit.core.devices import resolve_device
 from mdmkit.evaluation.generation import check_decoder
 from mdmkit.evaluation.hf_config import HFModelConfig
@@ -54,11 +54,13 @@ class EvaluationPlan:
 
 
 def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
-                    task_fields: Collection[str] | None = None) -> EvaluationPlan:
+                    task_fields: Collection[str] | None = None, sampler_named: bool = True) -> EvaluationPlan:
     """The plan of the run `cfg` configures, after every check that needs no model (one line each).
 
     `preset`: the `sampler=` option a single-sampler run was composed with (the CLI reads it from Hydra), named in
-    its row. `task_fields`: see `EvaluationPlan`."""
+    its row. `task_fields`: see `EvaluationPlan`. `sampler_named`: the command line named a sampler or set one of
+    its fields; where it did not, a text task runs the model kind's own default (`ModelKind.default_sampler`), not
+    the puzzles' default the config was composed with."""
     config = to_container(cfg)
     ckpt = config.get("ckpt")
     require(ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
@@ -81,7 +83,13 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
         hf = build({"_target_": "mdmkit.evaluation.hf_config.HFModelConfig", **config["hf"]}, "hf")
         require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
         task.limit = config["limit"]
-        causal = model_kind(hf.kind).decoding == "causal"  # a causal kind takes sampler=ntp (or sbd): checked now
+        record = model_kind(hf.kind)
+        if not (sweep or sampler_named):
+            preset = record.default_sampler
+            config["sampler"] = option("sampler", preset)
+            jobs = [SweepJob(copy.deepcopy(config["sampler"]), config["oracle"], preset)]
+            samplers = [build_sampler(jobs[0].sampler)]
+        causal = record.decoding == "causal"  # a causal kind takes sampler=ntp (or sbd): checked now
         for sampler in samplers:
             check_decoder(causal, sampler)
         task.check_can_score()  # the code sandbox's opt-in and isolation: refused now, not after hours of generation

@@ -14,6 +14,7 @@ import importlib.metadata
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from torch import nn
@@ -47,7 +48,9 @@ class ExampleModel:
     """How a tiny model of a kind is made to try the commands offline (`mdmkit.models.llm.tiny`). Its tokenizer is
     the 256 bytes, then `specials` (end of text first; `bos` one of them or None), then the `mask` token, with
     `chat_template`; `declare_mask`: the tokenizer names `mask` as its mask token (Dream's does, LLaDA's does not).
-    `config`: the config.json of a small network from the vocabulary size and the special tokens' ids."""
+    `config`: the config.json of a small network from the vocabulary size and the special tokens' ids. `weights`:
+    writes seeded random weights for that config.json into the directory (None: mdmkit's own network, saved in the
+    kind's hub layout), for kinds that run through transformers' classes."""
 
     config: Callable[[int, Mapping[str, int]], dict[str, Any]]
     specials: tuple[str, ...]
@@ -55,6 +58,7 @@ class ExampleModel:
     chat_template: str
     bos: str | None = None
     declare_mask: bool = False
+    weights: Callable[[Path, Mapping[str, int], int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ class ModelKind:
     mask id when config.json names none. `decoding`: "causal" kinds decode left to right (NTP / SBD samplers).
     `lora`: LoRA adapters attach to its blocks' plain module names. `export`: it saves back in the hub layout.
     `sft_normalize`: the loss normalisation of its published fine-tuning recipe (None: not fine-tunable here).
-    `shapes`: real-size configs by name, for the benchmarks. `example`: a tiny model of it that users can make."""
+    `shapes`: real-size configs by name, for the benchmarks. `example`: a tiny model of it that users can make.
+    `sampler`: the conf/sampler option a text evaluation (evaluate.py, mdmkit-lm-eval, `api.kind_sampler`) uses
+    when none is named; None: `ntp` for a causal kind, else `eb`."""
 
     name: str
     load: Loader
@@ -81,11 +87,12 @@ class ModelKind:
     sft_normalize: Literal["sequence", "tokens"] | None = None
     shapes: Mapping[str, DiffusionLMConfig] = field(default_factory=dict)
     example: ExampleModel | None = None
+    sampler: str | None = None
 
     @property
     def default_sampler(self) -> str:
-        """The conf/sampler option a text evaluation uses when none is named."""
-        return "ntp" if self.decoding == "causal" else "eb"
+        """The conf/sampler option a text evaluation uses when none is named (see `sampler`)."""
+        return self.sampler or ("ntp" if self.decoding == "causal" else "eb")
 
 
 _KINDS: dict[str, ModelKind] = {}

@@ -1,10 +1,12 @@
-"""A tiny model directory of a kind (LLaDA, Dream), made offline, to try fine-tuning and evaluation on a CPU:
+"""A tiny model directory of a kind (LLaDA, Dream, SDAR, DiffusionGemma, ...), made offline, to try fine-tuning and
+evaluation on a CPU:
 
     python -m mdmkit.models.llm.tiny --kind llada --out models/tiny-llada
 
-Random seeded weights at a small shape (the kind's `ExampleModel`), saved in the kind's hub layout with its
-config.json, beside a byte-level tokenizer whose special tokens (end of text as EOS and padding, the chat tokens,
-the mask token at the config's mask id) and chat template are the kind's own. It knows nothing until trained;
+Random seeded weights at a small shape (the kind's `ExampleModel`), saved in the kind's hub layout (or by
+transformers' own classes, for a kind that runs through them) with its config.json, beside a byte-level tokenizer
+whose special tokens (end of text as EOS and padding, the chat tokens, the mask token at the config's mask id) and
+chat template are the kind's own. It knows nothing until trained;
 it loads, fine-tunes and evaluates exactly as the real model's directory does.
 """
 
@@ -23,7 +25,7 @@ from mdmkit.models.llm.checkpoints import read_config
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.models.llm.export import save_hub_checkpoint
 from mdmkit.models.llm.hf import load_native
-from mdmkit.models.llm.registry import ExampleModel, kind_names, model_kind
+from mdmkit.models.llm.registry import ExampleModel, kind_names, load_model, model_kind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -72,6 +74,10 @@ def make_tiny_model(kind: str, directory: str | Path, seed: int = 0) -> Path:
     settings = json.loads((directory / "tokenizer_config.json").read_text())
     settings.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=record.example.chat_template)
     (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+    if record.example.weights is not None:  # a kind that runs through transformers' classes writes its own
+        record.example.weights(directory, ids, seed)
+        load_model(str(directory), kind)
+        return directory
     generator = torch.Generator().manual_seed(seed)
     network = DiffusionLM(read_config(directory, kind))  # the kind's own reading of the config just written
     with torch.no_grad():
@@ -97,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    network, _ = load_native(str(directory), args.kind)
-    print(f"made: {directory} (a {args.kind} model, {network.num_parameters() / 1e6:.2f}M parameters, random "
-          f"weights; sft.model={directory} sft.kind={args.kind}, evaluate.py ckpt={directory} hf.kind={args.kind})")
+    network, _ = load_model(str(directory), args.kind)
+    size = sum(p.numel() for p in network.parameters()) / 1e6
+    tune = f"sft.model={directory} sft.kind={args.kind}, " if model_kind(args.kind).sft_normalize else ""
+    print(f"made: {directory} (a {args.kind} model, {size:.2f}M parameters, random weights; {tune}"
+          f"evaluate.py ckpt={directory} hf.kind={args.kind})")
     return 0
 
 

@@ -10,6 +10,7 @@ cache), so that the canvas loop (`sampler=diffusion_gemma`) reproduces that `gen
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from mdmkit.core.errors import CapabilityError, CheckpointError
 from mdmkit.models.canvas import CanvasSpec
 from mdmkit.models.denoiser import CANVAS, AttentionKind
 from mdmkit.models.llm.hf import check_model_source
-from mdmkit.models.llm.registry import ModelKind, register_kind
+from mdmkit.models.llm.registry import ExampleModel, ModelKind, register_kind
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the precisions its published weights run in
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
@@ -193,8 +194,49 @@ def load(name_or_path: str, kind: ModelKind, *, trust_remote_code: bool = False,
     return wrap(model.to(device)), tokenizer
 
 
+# the tiny example (python -m mdmkit.models.llm.tiny --kind diffusion_gemma): Gemma's chat tokens and template, its
+# generation config ending a text at <eos> or <end_of_turn> as Gemma's does
+SPECIALS = ("<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>"
+                 "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+EXAMPLE_CANVAS = 16
+
+
+def example_config(vocab_size: int, ids: Mapping[str, int]) -> dict[str, Any]:
+    """A 2-layer DiffusionGemma (width 64; a sliding and a full layer; 4 experts, 2 a token; canvases of 16) from
+    transformers' own config classes, with a vision tower too small to weigh (text only runs here)."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaTextConfig
+
+    text = DiffusionGemmaTextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096, num_experts=4,
+        top_k_experts=2, moe_intermediate_size=32, pad_token_id=ids["<eos>"], eos_token_id=ids["<eos>"],
+        bos_token_id=ids["<bos>"])
+    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
+    config: dict[str, Any] = DiffusionGemmaConfig(text_config=text.to_dict(), vision_config=vision,
+                                                  canvas_length=EXAMPLE_CANVAS).to_dict()
+    return config
+
+
+def example_weights(directory: Path, ids: Mapping[str, int], seed: int) -> None:
+    """Seeded random weights (transformers' own initialisation) for the config.json in `directory`."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+    config = DiffusionGemmaConfig.from_pretrained(directory)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = DiffusionGemmaForBlockDiffusion(config)
+    model.generation_config.update(eos_token_id=[ids["<eos>"], ids["<end_of_turn>"]], pad_token_id=ids["<eos>"])
+    model.save_pretrained(directory)
+
+
 KIND = register_kind(ModelKind(
     "diffusion_gemma", load, "DiffusionGemma: revisable block diffusion through transformers' own classes (text)",
     attention="block_causal",
     declares=lambda raw: str(raw.get("model_type", "")).lower() == "diffusion_gemma",
+    example=ExampleModel(example_config, SPECIALS, "<mask>", CHAT_TEMPLATE, bos="<bos>", weights=example_weights),
+    sampler="diffusion_gemma",  # its own generate; a masked sampler cannot run on its canvases
 ))

@@ -1,0 +1,95 @@
+"""DiffusionGemma (`hf.kind=diffusion_gemma`) through the text evaluations: `evaluate.py task=gsm8k` and
+`mdmkit-lm-eval --tasks mdmkit_gsm8k` give one answer, document by document, with the kind's own default sampler
+(`sampler=diffusion_gemma`, from its record) when none is named; and the ids that end an answer are the network's own
+(its generation config's, Gemma's <end_of_turn> beside <eos>), for the sampler's stop and the scored text alike.
+
+The model is the tiny random one `python -m mdmkit.models.llm.tiny --kind diffusion_gemma` makes: what is checked is
+that each path runs and that both give one answer, not what it answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BENCHMARK_DATA, compose_config
+from one_answer import assert_one_answer, generations, lm_eval_samples
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+GEN, MAX_LENGTH, DOCS = 24, 160, 2  # two canvases of 16, the second cut at the answer's end
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mdmkit.models.llm.tiny import make_tiny_model
+
+    return make_tiny_model("diffusion_gemma", tmp_path_factory.mktemp("dg") / "model")
+
+
+def test_the_kind_names_its_own_default_sampler() -> None:
+    from mdmkit import api
+    from mdmkit.cli.overrides import names_sampler
+    from mdmkit.models.llm.registry import model_kind
+    from mdmkit.samplers import RevisableSampler
+
+    assert model_kind("diffusion_gemma").default_sampler == "diffusion_gemma"
+    assert (model_kind("llada").default_sampler, model_kind("causal").default_sampler) == ("eb", "ntp")
+    assert api.kind_sampler("diffusion_gemma", max_steps=4) == RevisableSampler(max_steps=4)
+    assert not names_sampler(["task=gsm8k", "hf.kind=diffusion_gemma", "limit=2"])
+    assert all(names_sampler([given]) for given in ("sampler=eb", "sampler.max_steps=4", "sampler@sampler.rule=topk"))
+
+
+@pytest.mark.skipif(not (BENCHMARK_DATA / "gsm8k_test.jsonl").is_file(),
+                    reason=f"benchmark data not found: {BENCHMARK_DATA}")
+def test_evaluate_and_lm_eval_give_one_answer_with_the_kind_s_sampler(model_dir: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
+
+    cfg = compose_config("evaluate", [
+        "task=gsm8k", f"task.data_dir={BENCHMARK_DATA}", "task.shots=0", f"task.max_gen_len={GEN}", f"ckpt={model_dir}",
+        "hf.kind=diffusion_gemma", f"hf.max_length={MAX_LENGTH}", f"limit={DOCS}", f"batch_size={DOCS}", "device=cpu",
+        f"results_file={tmp_path / 'rows.jsonl'}", "wandb.mode=disabled"])  # no sampler named: the kind's own
+    plan = plan_evaluation(cfg, preset="topk", sampler_named=False)
+    assert plan.jobs[0].preset == "diffusion_gemma" and plan.config["sampler"] == plan.jobs[0].sampler
+    threads = torch.get_num_threads()
+    (row,) = run_evaluation(plan)
+    torch.set_num_threads(threads)
+    assert row["n"] == DOCS and row["nfe"]["min"] >= 1 and row["sampler"]["_target_"].endswith("RevisableSampler")
+    samples = lm_eval_samples(monkeypatch, f"ckpt={model_dir},kind=diffusion_gemma,max_length={MAX_LENGTH}", GEN,
+                              DOCS, DOCS, num_fewshot=0)
+    ours = generations(tmp_path, row)
+    assert_one_answer(samples, ours)
+    assert all(doc["generation"] for doc in ours)  # answers with text in them, not two empty ones
+
+
+def test_an_answer_ends_at_the_network_s_end_ids(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokenizer names <eos> only; the checkpoint's generation config ends a text at <eos> or <end_of_turn>, as
+    its sampler does: the scored text is cut at whichever comes first. A masked network states none: the
+    tokenizer's end-of-text token is the one."""
+    from mdmkit import api
+    from mdmkit.evaluation.generation import TextModel
+
+    model = api.load_text_model(str(model_dir), "diffusion_gemma")
+    tokenizer, net = model.tokenizer, model.network
+    eos, end_of_turn = tokenizer.convert_tokens_to_ids(["<eos>", "<end_of_turn>"])
+    assert tokenizer.eos_token_id == eos and model.end_ids == (eos, end_of_turn) == net.canvas.eos_ids
+    assert TextModel(torch.nn.Linear(1, 1), tokenizer).end_ids == (eos,)
+    sampler = api.kind_sampler("diffusion_gemma", max_steps=4)
+    prompts = ["Question: 2 + 3 = ?\nAnswer:"]
+    decoded: list[list[int]] = []  # the ids of each text `generate` decodes: the raw answer, then the scored one
+    monkeypatch.setattr(model, "decode", lambda ids: decoded.append(list(ids)) or TextModel.decode(model, ids))
+    net._spec = dataclasses.replace(net.canvas, eos_ids=(eos,))
+    first = api.generate(model, prompts, sampler, GEN, progress=False)
+    ids = decoded[0]
+    assert len(ids) == GEN and eos not in ids  # random weights: a full answer that never ends
+    end = next(i for i in range(1, GEN) if ids[i] not in ids[:i])  # a token first met past the start
+    net._spec = dataclasses.replace(net.canvas, eos_ids=(eos, ids[end]))  # as if it were <end_of_turn>
+    second = api.generate(model, prompts, sampler, GEN, progress=False)
+    assert decoded[2][:end + 1] == ids[:end + 1] and decoded[3] == ids[:end]  # the same draws, cut at the end
+    assert second.texts[0] == tokenizer.decode(ids[:end])
+    # the sampler ended the row at the same id: no second canvas (4 steps each, max_steps=4)
+    assert end < net.canvas.length and (int(first.nfe[0]), int(second.nfe[0])) == (8, 4)
