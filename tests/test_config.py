@@ -20,7 +20,8 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_instantiates(experiment: str, tmp_path: Path) -> None:
-    if experiment.endswith("_sft"):  # fine-tuning: everything but the model, which is the user's directory
+    if compose_config("train", [f"experiment={experiment}"]).get("sft") is not None:
+        # a pretrained LLM's fine-tuning (or RL): everything but the model, which is the user's directory
         from mdmkit.training.sft.config import build_sft_parts
 
         (tmp_path / "config.json").write_text("{}")

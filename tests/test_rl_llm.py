@@ -74,3 +74,27 @@ def test_a_lora_rl_step_on_a_tiny_native_model(tiny: dict[str, Path], kind: str,
         module, _, leaf = name.rpartition(".")
         adapted = f"{module}.base_layer.{leaf}"
         assert torch.equal(after[adapted if adapted in after else name], tensor), name
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_train_py_experiment_llada_rl_on_the_tiny_model(tiny: dict[str, Path], tmp_path: Path) -> None:
+    """The command docs/rl.md gives for LLaDA-8B, on the tiny LLaDA: rollouts, rewards, LoRA updates, model/ and
+    adapter/ saved, GSM8K-format test problems evaluated, one row of kind rl."""
+    from conftest import compose_config
+
+    from mdmkit.training.preflight import plan_training
+    from mdmkit.training.rl.plan import TextRLParts
+    from mdmkit.training.rl.train import run_rl_training
+
+    cfg = compose_config("train", [
+        "experiment=llada_rl", f"sft.model={tiny['llada']}", "sft.lora_r=4",
+        f"task.data_dir={ROOT}/examples/arithmetic", "task.max_gen_len=16", "sampler.block_length=8",
+        "sampler.steps=4", "rl.sampler.block_length=8", "rl.sampler.steps=4", "rl.group_size=2", "trainer=cpu",
+        "trainer.max_steps=2", "logger=csv", "eval_limit=4", "trainer.enable_progress_bar=false",
+        f"results_file={tmp_path}/results.jsonl"])
+    plan = plan_training(cfg)
+    assert plan.kind == "rl" and isinstance(plan.parts, TextRLParts)
+    summary = run_rl_training(plan, tmp_path)
+    assert summary["global_step"] == 2 and "accuracy" in summary
+    assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "adapter").is_dir()
+    assert '"kind": "rl"' in (tmp_path / "results.jsonl").read_text()

@@ -106,6 +106,11 @@ def plan_training(cfg: DictConfig, preset: str | None = None) -> TrainingPlan:
         resolve_device(run.device)  # device=cuda without CUDA: one line now, not after training
     if indicator:
         return TrainingPlan("indicator", config, run, data, preset=preset)
+    if config.get("rl") is not None and config.get("sft") is not None:  # RL on a pretrained diffusion LLM
+        from mdmkit.training.rl.plan import plan_text_rl
+
+        text_parts, notes = plan_text_rl(config, run, data, preset)
+        return TrainingPlan("rl", config, run, data, text_parts, preset, notes)
     if config.get("sft") is not None:
         from mdmkit.training.sft.preflight import plan_sft
 

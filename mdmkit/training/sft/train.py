@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 
 from mdmkit.core.devices import resolve_device
@@ -98,7 +99,7 @@ def _banner(module: SFTModule, plan: TrainingPlan, train: Examples, val: Example
 
 
 def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenizer: Any, task: TextTask,
-              checkpoint: Path, summary: dict[str, Any]) -> None:
+              checkpoint: Path, summary: dict[str, Any], kind: str = "sft") -> None:
     """The run's `sampler` on `task`'s test documents, one row in `results_file`, the generations beside the model."""
     network = network.to(resolve_device(plan.run.device))
     sampler = build_sampler(plan.config["sampler"], network)
@@ -107,7 +108,7 @@ def _evaluate(plan: TrainingPlan, sft: SFTConfig, network: DiffusionLM, tokenize
                                 checkpoint.parent / "generations.jsonl")
     assert result is not None, "one process's result"
     summary.update(result.summary())
-    row = {"kind": "sft", "checkpoint": str(checkpoint), "task": task.name, "sampler": plan.config["sampler"],
+    row = {"kind": kind, "checkpoint": str(checkpoint), "task": task.name, "sampler": plan.config["sampler"],
            "trained": sft.describe(), **summary, "config": plan.config}
     append_record(plan.run.results_file, row)
     print(f"[{task.name}] fine-tuned model, {plural(len(task.docs('test')), 'test document')}: "
@@ -128,6 +129,16 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     module = SFTModule(config, parts, network.train())
     datamodule = SFTDataModule(train, val, data.batch_size, data.eval_batch_size, run.seed, data.workers)
     trainer, seconds = fit(plan, module, datamodule, output_dir, _banner(module, plan, train, val), on_start)
+    return save_and_evaluate(plan, trainer, seconds, network, tokenizer, output_dir)
+
+
+def save_and_evaluate(plan: TrainingPlan, trainer: L.Trainer, seconds: float, network: DiffusionLM, tokenizer: Any,
+                      output_dir: Path, kind: str = "sft") -> dict[str, Any]:
+    """After a run has trained `network` (its base, as loaded) through `sft`'s settings: save `model/` (and
+    `adapter/`), evaluate the task's test split (a row of `kind`), say where everything is (rank 0); the run's
+    summary."""
+    run, parts = plan.run, plan.sft_parts
+    sft, task = parts.sft, parts.task
     state = trainer.strategy.lightning_module_state_dict()  # every rank: FSDP gathers the shards to rank 0
     summary: dict[str, Any] = {"train_time_s": seconds, "global_step": trainer.global_step}
     if trainer.global_rank != 0:
@@ -148,7 +159,7 @@ def run_sft(plan: TrainingPlan, output_dir: Path, on_start: Callable[[], None] |
     if run.evaluate_after_training and not ran_fast_dev_run(trainer) and task is not None:
         if run.eval_limit is not None:
             task.limit = run.eval_limit
-        _evaluate(plan, sft, trained.to(save_dtype), tokenizer, task, checkpoint, summary)  # the weights as saved
+        _evaluate(plan, sft, trained.to(save_dtype), tokenizer, task, checkpoint, summary, kind)  # weights as saved
         where["results"] = f"{run.results_file} (generations: {output_dir / 'generations.jsonl'})"
     where["resume"] = f"python train.py ckpt_path={output_dir} trainer.max_steps={2 * trainer.global_step}"
     print(closing_summary(trainer.global_step, RunHistory.read(output_dir), where))

@@ -1,0 +1,109 @@
+"""LightningModule of an RL run on a pretrained diffusion LLM (LLaDA, Dream): the fine-tuning module's network,
+LoRA and checkpoints, trained by rollouts on a text task's prompts, rewards and policy updates.
+
+As for an MDM (module.py), each optimizer step is one inner update on the rollouts collected at the first step of
+its group of `rl.inner_updates`. The reference of a KL term is the base itself under LoRA (its adapters switched
+off while it scores: no copy), else a frozen copy of the starting weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from mdmkit.core.seeding import seeded_generator, stream_seed
+from mdmkit.evaluation.generation import TextModel
+from mdmkit.models.llm.diffusion_lm import DiffusionLM
+from mdmkit.training.datamodule import step_indexed_loader
+from mdmkit.training.module import loss_on_progress_bar
+from mdmkit.training.rl.plan import TextRLParts
+from mdmkit.training.rl.step import Experience, inner_loss, prepare
+from mdmkit.training.rl.text_rollout import roll_out_text
+from mdmkit.training.sft.module import SFTModule
+
+
+@contextmanager
+def adapters_off(network: torch.nn.Module) -> Iterator[None]:
+    """`network`'s LoRA adapters switched off for the block: the base model scores."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [module for module in network.modules() if isinstance(module, BaseTunerLayer)]
+    for layer in layers:
+        layer.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+
+
+class BaseOf:
+    """The base under a LoRA network, as a network: its forward with the adapters off."""
+
+    def __init__(self, network: torch.nn.Module) -> None:
+        self.network = network
+
+    def __call__(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        with adapters_off(self.network):
+            return self.network(tokens, **kwargs)
+
+
+class PromptIndices(L.LightningDataModule):
+    """Batches of the indices of `count` training documents, step-indexed as every run's stream (no validation)."""
+
+    def __init__(self, count: int, batch_size: int, seed: int) -> None:
+        super().__init__()
+        self.count, self.batch_size, self.seed = count, batch_size, seed
+
+    def train_dataloader(self) -> DataLoader:
+        return step_indexed_loader(self.trainer, (torch.arange(self.count),), self.batch_size, self.seed)
+
+
+class TextRLModule(SFTModule):
+    def __init__(self, config: dict[str, Any], parts: TextRLParts, network: DiffusionLM, tokenizer: Any) -> None:
+        super().__init__(config, parts, network)
+        assert parts.task is not None, "the plan refuses an RL run without a text task"
+        self.rl, self.task, self.seed = parts.rl, parts.task, int(config.get("seed", 0))
+        self.docs = self.task.docs("train")
+        self.__dict__["model"] = TextModel(self.network, tokenizer, network.config.max_positions)
+        self.__dict__["_experience"] = None
+        self.failures: Counter[str] = Counter()
+        self.frozen = None if self.sft.lora is not None or not self.rl.keeps_reference else \
+            copy.deepcopy(self.network).requires_grad_(False)
+
+    def reference(self) -> Any:
+        if not self.rl.keeps_reference:
+            return None
+        return BaseOf(self.network) if self.frozen is None else self.frozen
+
+    def experience(self, indices: torch.Tensor) -> Experience:
+        index, inner = divmod(self.global_step, self.rl.inner_updates)
+        current: Experience | None = self.__dict__["_experience"]
+        if inner == 0 or current is None:
+            seed = stream_seed(self.seed, index, self.global_rank, self.trainer.world_size)
+            started = time.perf_counter()
+            docs = [self.docs[i] for i in indices.tolist()]
+            rollouts = roll_out_text(self.__dict__["model"], self.rl.sampler, self.task, docs, self.rl.group_size,
+                                     seeded_generator(stream_seed(seed, 0), self.device))
+            current = prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, self.failures)
+            self.__dict__["_experience"] = current
+            self.log_dict({f"rl/{key}": value for key, value in current.metrics().items()})
+            self.log("rl/rollout_s", time.perf_counter() - started)
+            self.log("rl/reward_failures", float(sum(self.failures.values())))
+        return current
+
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:  # type: ignore[override]
+        experience = self.experience(batch[0])
+        inner = self.global_step % self.rl.inner_updates
+        loss, metrics = inner_loss(self.network, self.rl, experience, inner, experience.rollouts.mask_id)
+        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
+        self.log_dict({f"rl/{key}": value for key, value in metrics.items()})
+        return loss
