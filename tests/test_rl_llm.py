@@ -98,3 +98,18 @@ def test_train_py_experiment_llada_rl_on_the_tiny_model(tiny: dict[str, Path], t
     assert summary["global_step"] == 2 and "accuracy" in summary
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "adapter").is_dir()
     assert '"kind": "rl"' in (tmp_path / "results.jsonl").read_text()
+
+
+def test_the_reference_under_lora_is_the_base_with_its_adapters_off(tiny: dict[str, Path]) -> None:
+    from mdmkit.training.rl.text_module import BaseOf
+
+    base, _ = load_native(str(tiny["llada"]), "llada")
+    network = add_lora(load_native(str(tiny["llada"]), "llada")[0], LoRA(r=4))
+    with torch.no_grad():
+        for name, parameter in network.named_parameters():
+            if ".lora_B" in name:
+                parameter.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(BaseOf(network)(tokens), base(tokens), atol=1e-5)
+        assert not torch.allclose(network(tokens), base(tokens), atol=1e-3)  # the adapters are back on after
