@@ -13,7 +13,7 @@ import torch
 from fakes import random_transformer
 
 from mdmkit.core.errors import ConfigError
-from mdmkit.samplers import Sampler
+from mdmkit.samplers import Sampler, ThresholdSampler
 from mdmkit.samplers.core.counting import ForwardCounter
 from mdmkit.samplers.core.protocol import Canvas, Sampled
 from mdmkit.tasks.arithmetic import ArithmeticTask
@@ -126,11 +126,14 @@ def test_a_reward_of_the_wrong_shape_or_not_finite_is_one_line() -> None:
         score_rollouts({"nan": Gives(value=[1.0, float("nan"), 0.0, 0.0])}, rollouts, task)
 
 
-def test_a_group_of_one_is_one_line() -> None:
+def test_a_group_of_one_and_identical_rollouts_are_one_line() -> None:
     with pytest.raises(ConfigError, match="group_size=1: a group of one has no baseline"):
         RLConfig(group_size=1)
     with pytest.raises(ConfigError, match="rewards.verified is not a reward"):
         RLConfig(rewards={"verified": 1.0})
+    with pytest.raises(ConfigError, match="sampler.temperature=0: the 8 rollouts of a prompt would all be the same"):
+        RLConfig(sampler=ThresholdSampler())
+    RLConfig(sampler=ThresholdSampler(ordering="random"))  # random orders differ at temperature 0
 
 
 @dataclass

@@ -39,6 +39,10 @@ class RLConfig(Validated):
         require(self.group_size >= 2, f"group_size={self.group_size}: a group of one has no baseline (its advantage "
                 "is always 0, so nothing would train); use 2 or more rollouts per prompt")
         require(self.inner_updates >= 1, f"inner_updates={self.inner_updates} must be >= 1")
+        deterministic = getattr(self.sampler, "temperature", None) == 0.0 and \
+            getattr(self.sampler, "ordering", None) != "random"
+        require(not deterministic, f"sampler.temperature=0: the {self.group_size} rollouts of a prompt would all be "
+                "the same (every advantage 0, nothing trains); sample them, e.g. rl.sampler.temperature=1.0")
         for name, reward in self.rewards.items():
             require(isinstance(reward, Reward), f"rewards.{name} is not a reward (a node with the _target_ of one: "
                     "conf/reward/)")
