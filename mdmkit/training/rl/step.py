@@ -40,10 +40,6 @@ class Experience:
         return found
 
 
-def mask_generator(seed: int, device: torch.device) -> torch.Generator:
-    return seeded_generator(seed, device)
-
-
 @torch.no_grad()
 def collect(network: Denoiser, reference: Network | None, settings: RLConfig, task: PuzzleTask,
             tokens: torch.Tensor, answer_mask: torch.Tensor, seed: int, failures: Counter[str] | None = None
@@ -68,7 +64,7 @@ def prepare(network: Network, reference: Network | None, settings: RLConfig, tas
     def estimates(scorer: Network) -> list[torch.Tensor]:
         with evaluating(scorer):  # the old and reference policies without dropout's noise
             return [settings.estimator(with_attention(scorer, rollouts.attention), rollouts.tokens,
-                                       rollouts.completion, rollouts.mask_id, mask_generator(s, device))
+                                       rollouts.completion, rollouts.mask_id, seeded_generator(s, device))
                     for s in seeds]
 
     old = estimates(network) if settings.inner_updates > 1 else None
@@ -83,7 +79,7 @@ def inner_loss(network: Network, settings: RLConfig, experience: Experience, inn
     device = rollouts.tokens.device
     scorer = with_attention(network, rollouts.attention)
     logp = settings.estimator(scorer, rollouts.tokens, rollouts.completion, mask_id,
-                              mask_generator(experience.mask_seeds[inner], device))
+                              seeded_generator(experience.mask_seeds[inner], device))
     old = experience.old[inner] if experience.old is not None else None
     ref = experience.ref[inner] if experience.ref is not None else None
     return settings.loss(logp, experience.advantages.to(logp.dtype), rollouts.completion, settings.group_size,
