@@ -89,3 +89,26 @@ def test_a_resumed_rl_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -
     resumed = run(tmp_path / "a", "trainer.max_steps=4", f"ckpt_path={tmp_path}/a/checkpoints/last.ckpt")
     straight = run(tmp_path / "b", "trainer.max_steps=4")
     assert all(torch.equal(resumed[name], straight[name]) for name in straight)
+
+
+def test_two_gloo_processes_equal_one_process_accumulating_two_batches(tmp_path: Path) -> None:
+    """Each rank rolls out the batch the data stream gives it, from that batch's own seed: data parallel over 2 CPU
+    processes gives the weights of 1 process accumulating 2 micro-batches, step by step."""
+    import torch
+
+    common = ["experiment=sudoku_rl", *SMALL, "trainer.max_steps=3", "checkpoint_every=1",
+              "evaluate_after_training=false", "+reward@rl.rewards.cells=answer_accuracy", "optim.weight_decay=0",
+              f"results_file={tmp_path}/results.jsonl"]
+    runs = {}
+    for name, extra in {"ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
+                        "accumulated": ["trainer.accumulate_grad_batches=2"]}.items():
+        out = run_cli("train.py", *common, *extra, f"run_name={name}", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+        assert out.returncode == 0, out.stderr[-3000:]
+        files = sorted(next((tmp_path / "outputs" / name).iterdir()).glob("checkpoints/step*.ckpt"))
+        runs[name] = [torch.load(file, map_location="cpu", weights_only=False)["state_dict"] for file in files]
+    assert len(runs["ddp"]) == len(runs["accumulated"]) == 3
+    for step, (ddp, accumulated) in enumerate(zip(runs["ddp"], runs["accumulated"]), 1):
+        for name in ddp:
+            assert torch.allclose(ddp[name], accumulated[name], atol=1e-6, rtol=1e-5), (step, name)
+    # the dense reward's advantages train the network (no weight decay: a change is the policy gradient's)
+    assert any(not torch.equal(runs["ddp"][0][name], runs["ddp"][2][name]) for name in runs["ddp"][0])

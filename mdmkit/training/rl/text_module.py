@@ -9,8 +9,6 @@ off while it scores: no copy), else a frozen copy of the starting weights.
 from __future__ import annotations
 
 import copy
-import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +22,7 @@ from mdmkit.evaluation.generation import TextModel
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.training.datamodule import step_indexed_loader
 from mdmkit.training.module import loss_on_progress_bar
+from mdmkit.training.rl.collecting import Collections
 from mdmkit.training.rl.plan import TextRLParts
 from mdmkit.training.rl.step import Experience, inner_loss, prepare
 from mdmkit.training.rl.text_rollout import roll_out_text
@@ -74,8 +73,7 @@ class TextRLModule(SFTModule):
         self.rl, self.task, self.seed = parts.rl, parts.task, int(config.get("seed", 0))
         self.docs = self.task.docs("train")
         self.__dict__["model"] = TextModel(self.network, tokenizer, network.config.max_positions)
-        self.__dict__["_experience"] = None
-        self.failures: Counter[str] = Counter()
+        self.__dict__["collections"] = Collections(self.rl.inner_updates, self.seed)
         self.frozen = None if self.sft.lora is not None or not self.rl.keeps_reference else \
             copy.deepcopy(self.network).requires_grad_(False)
 
@@ -84,25 +82,17 @@ class TextRLModule(SFTModule):
             return None
         return BaseOf(self.network) if self.frozen is None else self.frozen
 
-    def experience(self, indices: torch.Tensor) -> Experience:
-        index, inner = divmod(self.global_step, self.rl.inner_updates)
-        current: Experience | None = self.__dict__["_experience"]
-        if inner == 0 or current is None:
-            seed = stream_seed(self.seed, index, self.global_rank, self.trainer.world_size)
-            started = time.perf_counter()
-            docs = [self.docs[i] for i in indices.tolist()]
+    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:  # type: ignore[override]
+        collections: Collections = self.__dict__["collections"]
+
+        def collected(seed: int) -> Experience:
+            docs = [self.docs[i] for i in batch[0].tolist()]
             rollouts = roll_out_text(self.__dict__["model"], self.rl.sampler, self.task, docs, self.rl.group_size,
                                      seeded_generator(stream_seed(seed, 0), self.device))
-            current = prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, self.failures)
-            self.__dict__["_experience"] = current
-            self.log_dict({f"rl/{key}": value for key, value in current.metrics().items()})
-            self.log("rl/rollout_s", time.perf_counter() - started)
-            self.log("rl/reward_failures", float(sum(self.failures.values())))
-        return current
+            return prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, collections.failures)
 
-    def training_step(self, batch: tuple[torch.Tensor, ...], batch_idx: int) -> torch.Tensor:  # type: ignore[override]
-        experience = self.experience(batch[0])
-        inner = self.global_step % self.rl.inner_updates
+        experience = collections.get(self, batch_idx, collected)
+        inner = collections.inner(self)
         loss, metrics = inner_loss(self.network, self.rl, experience, inner, experience.rollouts.mask_id)
         self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
         self.log_dict({f"rl/{key}": value for key, value in metrics.items()})
