@@ -59,6 +59,7 @@ def test_evaluate_and_lm_eval_give_one_answer_with_the_kind_s_sampler(model_dir:
     (row,) = run_evaluation(plan)
     torch.set_num_threads(threads)
     assert row["n"] == DOCS and row["nfe"]["min"] >= 1 and row["sampler"]["_target_"].endswith("RevisableSampler")
+    assert 1 <= row["extra_cost_mean"]["encoder"] <= 2  # the encoder's passes beside NFE: one a canvas a row needed
     samples = lm_eval_samples(monkeypatch, f"ckpt={model_dir},kind=diffusion_gemma,max_length={MAX_LENGTH}", GEN,
                               DOCS, DOCS, num_fewshot=0)
     ours = generations(tmp_path, row)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -118,6 +118,7 @@ class Generations:
     wall_time_s: float
     computed_tokens: np.ndarray  # tokens the network ran per prompt, over all its forwards
     prompts_cut: int = 0  # prompts whose start was cut to fit the model's positions
+    extra_cost: dict[str, np.ndarray] = field(default_factory=dict)  # passes beside NFE per prompt (an encoder's)
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,8 +241,8 @@ def generate(
         conditions.append(AnswerBudget(gen_length))
     stop = AnyStop(tuple(conditions)) if conditions else None
     make_canvas = _causal_canvas if model.causal else masked_canvas
-    # row -> raw text, text before the end token, NFE, NFE to the stop, computed tokens
-    rows_made: dict[int, tuple[str, str, int, int, int]] = {}
+    # row -> raw text, text before the end token, NFE, NFE to the stop, computed tokens, passes beside NFE by kind
+    rows_made: dict[int, tuple[str, str, int, int, int, dict[str, float]]] = {}
     start = time.perf_counter()
     batches = ranks.batches(len(prompts), batch_size)
     bar = progress_bar(total=len(batches), desc="generating", unit="batch", disable=not (progress and ranks.main),
@@ -260,8 +261,9 @@ def generate(
             to_stop = counter.nfe_to_stop
             for j, (i, tokens, first) in enumerate(zip(group, sampled.tokens.cpu(), starts)):
                 settled, ended = _settled(tokens[first: first + gen_length], mask_id, end_ids)
+                extra = {kind: float(cost[j]) for kind, cost in counter.extra.items()}
                 rows_made[batch.begin + i] = (model.decode(settled), model.decode(ended), int(counter.nfe[j]),
-                                              int(to_stop[j]), int(counter.tokens[j]))
+                                              int(to_stop[j]), int(counter.tokens[j]), extra)
         bar.update(1)
     bar.close()
     if device.type == "cuda":
@@ -282,5 +284,7 @@ def generate(
     def column(i: int) -> np.ndarray:
         return np.array([values[i] for values in ordered], dtype=np.int64)
 
+    kinds = sorted({kind for *_, extra in ordered for kind in extra})
+    extra_cost = {kind: np.array([extra.get(kind, 0.0) for *_, extra in ordered]) for kind in kinds}
     return Generations(raw, texts, column(2), column(3), kept, max(seconds for _, seconds, _ in gathered), column(4),
-                       cut_total)
+                       cut_total, extra_cost)

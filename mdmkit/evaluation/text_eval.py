@@ -109,5 +109,5 @@ def evaluate_text_task(
     return EvalResult(
         correct=np.array([v.correct for v in verdicts]), nfe=made.nfe, wall_time_s=made.wall_time_s,
         predictions=made.texts, nfe_to_stop=made.nfe_to_stop, answer_tokens=made.answer_tokens,
-        computed_tokens=made.computed_tokens, metrics={"prompts_cut": made.prompts_cut},
+        computed_tokens=made.computed_tokens, metrics={"prompts_cut": made.prompts_cut}, extra_cost=made.extra_cost,
     )
