@@ -94,3 +94,20 @@ def test_an_answer_ends_at_the_network_s_end_ids(model_dir: Path, monkeypatch: p
     assert second.texts[0] == tokenizer.decode(ids[:end])
     # the sampler ended the row at the same id: no second canvas (4 steps each, max_steps=4)
     assert end < net.canvas.length and (int(first.nfe[0]), int(second.nfe[0])) == (8, 4)
+
+
+def test_the_tiny_sweep_expands_to_revisable_samplers() -> None:
+    """conf/sweep/diffusion_gemma_tiny.yaml (docs/results/diffusion_gemma_tiny_sweep.md): each job a valid
+    RevisableSampler, EB's bound x steps x stops, then the stop's stability, then threshold and top-k."""
+    import yaml
+    from conftest import ROOT
+
+    from mdmkit.evaluation.resolve import build_sampler
+    from mdmkit.evaluation.sweep import expand
+    from mdmkit.samplers import EBSampler, RevisableSampler, ThresholdSampler, TopKSampler
+
+    jobs = expand(yaml.safe_load((ROOT / "conf" / "sweep" / "diffusion_gemma_tiny.yaml").read_text()))
+    samplers = [build_sampler(job.sampler) for job in jobs]
+    assert len(jobs) == 36 and {job.preset for job in jobs} == {"diffusion_gemma"}
+    rules = [type(sampler.rule) for sampler in samplers if isinstance(sampler, RevisableSampler)]
+    assert (rules.count(EBSampler), rules.count(ThresholdSampler), rules.count(TopKSampler)) == (20, 8, 8)
