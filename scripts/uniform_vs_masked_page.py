@@ -1,4 +1,4 @@
-"""Accuracy against NFE for a masked and a uniform-noise model of one task: the plot and the table of
+"""Accuracy against NFE for a masked and a uniform-noise model of one task: the plot (written) and the table (printed) of
 docs/results/uniform_vs_masked_sudoku.md, from the rows of `evaluate.py sweep=uniform_vs_masked_*`.
 
     python scripts/uniform_vs_masked_page.py ROWS.jsonl --out docs/results/uniform_vs_masked_sudoku
@@ -21,9 +21,9 @@ def objective_of(row: dict[str, Any]) -> str:
 
 def setting(row: dict[str, Any]) -> str:
     """The rule's knob and, off the default schedule, the temperatures."""
-    params = row.get("params") or {}
-    shown = {k.removeprefix("rule."): v for k, v in params.items()
-             if k.removeprefix("rule.") in ("gamma", "k", "tau", "t_max")}
+    params = dict(row.get("params") or {})
+    params.update(params.pop("rule", None) or {})  # a revisable sampler's rule: its own knob
+    shown = {k: v for k, v in params.items() if k in ("gamma", "k", "tau")}
     return ", ".join(f"{k}={v}" for k, v in sorted(shown.items()))
 
 
@@ -69,13 +69,12 @@ def plot(groups: dict[str, list[dict[str, Any]]], path: Path, title: str) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rows", type=Path)
-    parser.add_argument("--out", type=Path, required=True, help="path without suffix: writes .png and .table.md")
+    parser.add_argument("--out", type=Path, required=True, help="path without suffix: writes the .png")
     parser.add_argument("--title", default="Sudoku: masked vs uniform-noise (revisable) at equal training")
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
     groups = curves([row for row in rows if row.get("kind") == "evaluate"])
     plot(groups, args.out.with_suffix(".png"), args.title)
-    args.out.with_suffix(".table.md").write_text(table(groups) + "\n")
     print(table(groups))
 
 
