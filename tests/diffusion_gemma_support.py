@@ -21,6 +21,9 @@ from mdmkit.samplers.core.canvas import tokens_per_forward
 
 PAD, EOS = 0, 1
 FULL, SLIDING = "full_attention", "sliding_attention"
+# transformers' default vision tower alone is 167M parameters: text only runs here, so a token one
+TINY_VISION = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "position_embedding_size": 64}
 
 
 def tiny_model(*, moe: bool = False, canvas: int = 8, layers: tuple[str, ...] = (SLIDING, FULL), vocab: int = 64,
@@ -30,11 +33,12 @@ def tiny_model(*, moe: bool = False, canvas: int = 8, layers: tuple[str, ...] = 
 
     text = DiffusionGemmaTextConfig(
         vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=len(layers), num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, global_head_dim=16, sliding_window=4, layer_types=list(layers),
+        num_key_value_heads=1, head_dim=16, sliding_window=4, layer_types=list(layers),
         max_position_embeddings=256, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=2,
         num_experts=4 if moe else 1, top_k_experts=2 if moe else 1, moe_intermediate_size=16)
     torch.manual_seed(seed)
-    model = DiffusionGemmaForBlockDiffusion(DiffusionGemmaConfig(text_config=text.to_dict(), canvas_length=canvas))
+    config = DiffusionGemmaConfig(text_config=text.to_dict(), vision_config=TINY_VISION, canvas_length=canvas)
+    model = DiffusionGemmaForBlockDiffusion(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
     return model.to(dtype).eval()
