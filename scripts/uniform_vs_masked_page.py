@@ -1,5 +1,5 @@
-"""Accuracy against NFE for a masked and a uniform-noise model of one task: the plot (written) and the table (printed) of
-docs/results/uniform_vs_masked_sudoku.md, from the rows of `evaluate.py sweep=uniform_vs_masked_*`.
+"""Accuracy against NFE for a masked and a uniform-noise model of one task: the plot (written) and the table
+(printed) of docs/results/uniform_vs_masked_sudoku.md, from the rows of `evaluate.py sweep=uniform_vs_masked_*`.
 
     python scripts/uniform_vs_masked_page.py ROWS.jsonl --out docs/results/uniform_vs_masked_sudoku
 """
