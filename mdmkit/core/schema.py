@@ -53,15 +53,14 @@ def register(name: str, cls: type) -> None:
     ConfigStore.instance().store(group=GROUP, name=name, node=defaults(cls))
 
 
-def register_settings(module: ModuleType) -> list[str]:
+def register_settings(module: ModuleType) -> None:
     """Store every settings dataclass (a `Validated` one whose defaults YAML can state) that `module` exports
     (its `__all__`, else what it defines) as `schema/<module>.<Class>`: its defaults, with the `_target_` an
-    option instantiates it by. Returns the names stored."""
+    option instantiates it by."""
     exported = getattr(module, "__all__", None)
     if exported is None:
         exported = [name for name, value in vars(module).items()
                     if getattr(value, "__module__", None) == module.__name__]
-    stored = []
     for name in exported:
         cls = getattr(module, name)
         if not (isinstance(cls, type) and issubclass(cls, Validated) and dataclasses.is_dataclass(cls)):
@@ -70,8 +69,6 @@ def register_settings(module: ModuleType) -> list[str]:
         if all(_plain(value) for value in node.values()):
             target = f"{module.__name__}.{name}"
             ConfigStore.instance().store(group=GROUP, name=target, node={"_target_": target, **node})
-            stored.append(target)
-    return stored
 
 
 def _plain(value: Any) -> bool:
