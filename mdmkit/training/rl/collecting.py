@@ -13,16 +13,20 @@ from collections import Counter
 from collections.abc import Callable
 
 import lightning as L
+import torch
 
 from mdmkit.core.seeding import stream_seed
-from mdmkit.training.rl.step import Experience
+from mdmkit.training.module import loss_on_progress_bar
+from mdmkit.training.rl.config import RLConfig
+from mdmkit.training.rl.step import Experience, inner_loss
 
 
 class Collections:
-    """The experience of the current optimizer step's micro-batches; `failures`: reward calls that raised."""
+    """The experience of the current optimizer step's micro-batches under the run's `rl` settings; `failures`:
+    reward calls that raised."""
 
-    def __init__(self, inner_updates: int, seed: int) -> None:
-        self.inner_updates, self.seed = inner_updates, seed
+    def __init__(self, rl: RLConfig, seed: int) -> None:
+        self.rl, self.inner_updates, self.seed = rl, rl.inner_updates, seed
         self.held: dict[int, Experience] = {}
         self.failures: Counter[str] = Counter()
 
@@ -41,3 +45,13 @@ class Collections:
             module.log("rl/rollout_s", time.perf_counter() - started)
             module.log("rl/reward_failures", float(sum(self.failures.values())))
         return self.held[slot]
+
+    def loss(self, module: L.LightningModule, batch_idx: int, collect: Callable[[int], Experience],
+             network: torch.nn.Module) -> torch.Tensor:
+        """A training step of either RL module: this micro-batch's experience (`get`), the inner update's loss on
+        `network` (masking with the rollouts' mask id), logged."""
+        experience = self.get(module, batch_idx, collect)
+        loss, metrics = inner_loss(network, self.rl, experience, self.inner(module), experience.rollouts.mask_id)
+        module.log("train/loss", loss, prog_bar=loss_on_progress_bar(module))
+        module.log_dict({f"rl/{key}": value for key, value in metrics.items()})
+        return loss

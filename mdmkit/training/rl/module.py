@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from mdmkit.training.module import MDMModule, loss_on_progress_bar
+from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import MDMParts, RLParts
 from mdmkit.training.rl.collecting import Collections
-from mdmkit.training.rl.step import Experience, collect, inner_loss
+from mdmkit.training.rl.step import Experience, collect
 from mdmkit.training.run_config import RunConfig
 
 
@@ -30,7 +30,7 @@ class RLModule(MDMModule):
         super().__init__(config, parts, run)
         self.rl = parts.rl
         self.reference = self._frozen_copy() if self.rl.keeps_reference else None
-        self.__dict__["collections"] = Collections(self.rl.inner_updates, run.seed)
+        self.__dict__["collections"] = Collections(self.rl, run.seed)
 
     def _frozen_copy(self) -> torch.nn.Module:
         return copy.deepcopy(self.network).requires_grad_(False)  # put in eval mode where it scores (step.py)
@@ -48,9 +48,4 @@ class RLModule(MDMModule):
             return collect(self.network, self.reference, self.rl, self.task, batch[0], batch[1], seed,
                            collections.failures)
 
-        experience = collections.get(self, batch_idx, collected)
-        inner = collections.inner(self)
-        loss, metrics = inner_loss(self.train_network, self.rl, experience, inner, self.task.mask_id)
-        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
-        self.log_dict({f"rl/{key}": value for key, value in metrics.items()})
-        return loss
+        return collections.loss(self, batch_idx, collected, self.train_network)

@@ -21,10 +21,9 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.training.datamodule import step_indexed_loader
-from mdmkit.training.module import loss_on_progress_bar
 from mdmkit.training.rl.collecting import Collections
 from mdmkit.training.rl.plan import TextRLParts
-from mdmkit.training.rl.step import Experience, inner_loss, prepare
+from mdmkit.training.rl.step import Experience, prepare
 from mdmkit.training.rl.text_rollout import roll_out_text
 from mdmkit.training.sft.module import SFTModule
 
@@ -73,7 +72,7 @@ class TextRLModule(SFTModule):
         self.rl, self.task, self.seed = parts.rl, parts.task, int(config.get("seed", 0))
         self.docs = self.task.docs("train")
         self.__dict__["model"] = TextModel(self.network, tokenizer, network.config.max_positions)
-        self.__dict__["collections"] = Collections(self.rl.inner_updates, self.seed)
+        self.__dict__["collections"] = Collections(self.rl, self.seed)
         self.frozen = None if self.sft.lora is not None or not self.rl.keeps_reference else \
             copy.deepcopy(self.network).requires_grad_(False)
 
@@ -91,9 +90,4 @@ class TextRLModule(SFTModule):
                                      seeded_generator(stream_seed(seed, 0), self.device))
             return prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, collections.failures)
 
-        experience = collections.get(self, batch_idx, collected)
-        inner = collections.inner(self)
-        loss, metrics = inner_loss(self.network, self.rl, experience, inner, experience.rollouts.mask_id)
-        self.log("train/loss", loss, prog_bar=loss_on_progress_bar(self))
-        self.log_dict({f"rl/{key}": value for key, value in metrics.items()})
-        return loss
+        return collections.loss(self, batch_idx, collected, self.network)
