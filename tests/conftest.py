@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -176,3 +177,11 @@ def reference_runs(name: str, label: str) -> tuple[Path, dict[str, Any], list[py
     runs = json.loads(runs_file.read_text()) if runs_file.is_file() else {}
     skip = pytest.mark.skipif(not runs_file.is_file(), reason=f"{label}'s runs not found: {runs_file}")
     return fixture, runs, [skip, pytest.mark.usefixtures("one_thread")]
+
+
+@functools.cache
+def reference_network(name: str, kind: str, mask_id: int | None = None, dtype: torch.dtype = torch.float32) -> Any:
+    """The reference model `name` loaded natively as `kind`, once per test process."""
+    from mdmkit.models.llm.checkpoints import load_diffusion_lm
+
+    return load_diffusion_lm(REFERENCE_MODELS / name, kind, mask_id=mask_id, dtype=dtype)

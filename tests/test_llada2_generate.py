@@ -18,7 +18,7 @@ from functools import cache
 
 import pytest
 import torch
-from conftest import reference_runs
+from conftest import reference_network, reference_runs
 
 from mdmkit import api
 from mdmkit.core.errors import CapabilityError, ConfigError
@@ -29,11 +29,8 @@ BFLOAT16_RUNS = ALL_RUNS.get("bfloat16_unmodified", [])
 MASK_ID = 1023
 
 
-@cache
 def network(dtype: torch.dtype = torch.float32):
-    from mdmkit.models.llm.checkpoints import load_diffusion_lm
-
-    return load_diffusion_lm(FIXTURE, "llada2", mask_id=MASK_ID, dtype=dtype)
+    return reference_network("llada2_mini", "llada2", MASK_ID, dtype)
 
 
 def name(run: dict) -> str:
