@@ -72,22 +72,26 @@ def test_the_command_line_runs_an_rl_experiment(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_a_resumed_rl_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
-    """Rollouts and masks are functions of (seed, step, rank), the reference travels in the checkpoint: two steps
-    then two more from last.ckpt give the weights four steps give (one inner update per collection)."""
+@pytest.mark.parametrize(("inner_updates", "first", "total"), [(1, 2, 4), (2, 3, 4)])
+def test_a_resumed_rl_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, inner_updates: int, first: int,
+                                                               total: int) -> None:
+    """Rollouts and masks are functions of (seed, step, rank), the reference travels in the checkpoint: `first`
+    steps then the rest from last.ckpt give the weights `total` steps give. With mu = 2 the run stops after step
+    3's first inner update: the rollouts, advantages and old policy's estimates it held travel in the checkpoint,
+    and the resumed step 4 is that batch's second inner update, as in the uninterrupted run."""
     import torch
 
     from mdmkit.training.rl.train import run_rl_training
 
     def run(directory: Path, *overrides: str) -> dict[str, torch.Tensor]:
-        plan = _plan(directory, "evaluate_after_training=false", *overrides)
+        plan = _plan(directory, "evaluate_after_training=false", f"rl.inner_updates={inner_updates}", *overrides)
         run_rl_training(plan, directory)  # type: ignore[arg-type]
         return torch.load(directory / "model.pt", weights_only=False)["network"]
 
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    run(tmp_path / "a", "trainer.max_steps=2")
-    resumed = run(tmp_path / "a", "trainer.max_steps=4", f"ckpt_path={tmp_path}/a/checkpoints/last.ckpt")
-    straight = run(tmp_path / "b", "trainer.max_steps=4")
+    run(tmp_path / "a", f"trainer.max_steps={first}")
+    resumed = run(tmp_path / "a", f"trainer.max_steps={total}", f"ckpt_path={tmp_path}/a/checkpoints/last.ckpt")
+    straight = run(tmp_path / "b", f"trainer.max_steps={total}")
     assert all(torch.equal(resumed[name], straight[name]) for name in straight)
 
 
@@ -112,3 +116,28 @@ def test_two_gloo_processes_equal_one_process_accumulating_two_batches(tmp_path:
             assert torch.allclose(ddp[name], accumulated[name], atol=1e-6, rtol=1e-5), (step, name)
     # the dense reward's advantages train the network (no weight decay: a change is the policy gradient's)
     assert any(not torch.equal(runs["ddp"][0][name], runs["ddp"][2][name]) for name in runs["ddp"][0])
+
+
+def test_a_held_experience_round_trips_through_a_weights_only_checkpoint(tmp_path: Path) -> None:
+    """What a checkpoint saved between inner updates keeps (a text task's rollouts: texts, documents, padding) is
+    plain data that `torch.load(weights_only=True)` reads back whole."""
+    import torch
+
+    from mdmkit.training.rl.rewards import RewardResult
+    from mdmkit.training.rl.rollout import Rollouts
+    from mdmkit.training.rl.step import Experience
+
+    tokens = torch.tensor([[5, 1, 2], [5, 2, 9]])
+    rollouts = Rollouts(tokens, tokens.clone(), torch.tensor([[False, True, True]] * 2), torch.tensor([3, 4]), 9, 2,
+                        ["a", "b"], [{"question": "q", "answer": 1}] * 2, torch.ones(2, 3, dtype=torch.bool))
+    held = Experience(rollouts, RewardResult(torch.tensor([1.0, 0.0]), {"verified": torch.tensor([1.0, 0.0])}, []),
+                      torch.tensor([0.7, -0.7]), [11, 12], [torch.randn(2, 3), torch.randn(2, 3)], None)
+    torch.save({"kept": held.state()}, tmp_path / "state.pt")
+    back = Experience.from_state(torch.load(tmp_path / "state.pt", weights_only=True)["kept"], torch.device("cpu"))
+    for name in ("tokens", "target", "answer_mask", "nfe", "attention"):
+        assert torch.equal(getattr(back.rollouts, name), getattr(rollouts, name))
+    assert (back.rollouts.mask_id, back.rollouts.group_size) == (9, 2)
+    assert list(back.rollouts.texts or ()) == ["a", "b"] and back.rollouts.docs == rollouts.docs
+    assert torch.equal(back.rewards.parts["verified"], held.rewards.parts["verified"])
+    assert back.mask_seeds == [11, 12] and back.ref is None and back.old is not None and held.old is not None
+    assert all(torch.equal(a, b) for a, b in zip(back.old, held.old))

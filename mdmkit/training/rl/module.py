@@ -2,9 +2,10 @@
 
 Each optimizer step is one inner update. Step s works on the rollouts of step s - (s mod mu), collected at that
 step from its batch of prompts (the other steps' batches go unused; collecting.py), so `trainer.max_steps` counts
-updates and the learning-rate schedule, checkpoints and resume work as for any MDM run. A run resumed between
-inner updates collects afresh at the step it resumes from. Validation and the saved model are the MDM module's (set
-`ema_decay: 0` so that they are the trained weights, not an average over RL's few steps).
+updates and the learning-rate schedule, checkpoints and resume work as for any MDM run (a checkpoint saved between
+inner updates keeps the experience being trained on, so a run resumed there goes on exactly). Validation and the
+saved model are the MDM module's (set `ema_decay: 0` so that they are the trained weights, not an average over
+RL's few steps).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import MDMParts, RLParts
-from mdmkit.training.rl.collecting import Collections
+from mdmkit.training.rl.collecting import EXPERIENCE_KEY, Collections
 from mdmkit.training.rl.step import Experience, collect
 from mdmkit.training.run_config import RunConfig
 
@@ -49,3 +50,11 @@ class RLModule(MDMModule):
                            collections.failures)
 
         return collections.loss(self, batch_idx, collected, self.train_network)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[EXPERIENCE_KEY] = self.__dict__["collections"].state(self)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.__dict__["collections"].restore(self, checkpoint.get(EXPERIENCE_KEY, {}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,6 +39,44 @@ class Experience:
                  "reward_std": self.rewards.total.view(-1, rollouts.group_size).std(1).mean().item()}
         found.update({f"reward/{name}": part.mean().item() for name, part in self.rewards.parts.items()})
         return found
+
+    def state(self) -> dict[str, Any]:
+        """Plain data (tensors on the CPU, lists, numbers, strings) that a checkpoint keeps and loads back with
+        `weights_only`: what a run resumed between two inner updates needs to go on as the uninterrupted one."""
+        rollouts = self.rollouts
+        return {"rollouts": {name: _to_cpu(getattr(rollouts, name)) for name in _ROLLOUT_FIELDS},
+                "rewards": {"total": self.rewards.total.cpu(), "failed": list(self.rewards.failed),
+                            "parts": {name: part.cpu() for name, part in self.rewards.parts.items()}},
+                "advantages": self.advantages.cpu(), "mask_seeds": list(self.mask_seeds),
+                "old": _to_cpu(self.old), "ref": _to_cpu(self.ref)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], device: torch.device) -> Experience:
+        """The experience `state` kept, its tensors on `device`."""
+        rollouts = Rollouts(**{name: _to(value, device) for name, value in state["rollouts"].items()})
+        rewards = state["rewards"]
+        return cls(rollouts, RewardResult(rewards["total"].to(device), _to(rewards["parts"], device),
+                                          list(rewards["failed"])),
+                   state["advantages"].to(device), list(state["mask_seeds"]), _to(state["old"], device),
+                   _to(state["ref"], device))
+
+
+_ROLLOUT_FIELDS = ("tokens", "target", "answer_mask", "nfe", "mask_id", "group_size", "texts", "docs", "attention")
+
+
+def _to(value: Any, device: torch.device | str) -> Any:
+    """`value` with every tensor in it (through lists, tuples and dicts) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return [_to(item, device) for item in value]
+    if isinstance(value, dict):
+        return {key: _to(item, device) for key, item in value.items()}
+    return value
+
+
+def _to_cpu(value: Any) -> Any:
+    return _to(value, "cpu")
 
 
 @torch.no_grad()

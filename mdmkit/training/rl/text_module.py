@@ -21,7 +21,7 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.training.datamodule import step_indexed_loader
-from mdmkit.training.rl.collecting import Collections
+from mdmkit.training.rl.collecting import EXPERIENCE_KEY, Collections
 from mdmkit.training.rl.plan import TextRLParts
 from mdmkit.training.rl.step import Experience, prepare
 from mdmkit.training.rl.text_rollout import roll_out_text
@@ -91,3 +91,11 @@ class TextRLModule(SFTModule):
             return prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, collections.failures)
 
         return collections.loss(self, batch_idx, collected, self.network)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[EXPERIENCE_KEY] = self.__dict__["collections"].state(self)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.__dict__["collections"].restore(self, checkpoint.get(EXPERIENCE_KEY, {}))
