@@ -1,7 +1,8 @@
 """DiffusionGemma (`hf.kind=diffusion_gemma`) through the text evaluations: `evaluate.py task=gsm8k` and
 `mdmkit-lm-eval --tasks mdmkit_gsm8k` give one answer, document by document, with the kind's own default sampler
-(`sampler=diffusion_gemma`, from its record) when none is named; and the ids that end an answer are the network's own
-(its generation config's, Gemma's <end_of_turn> beside <eos>), for the sampler's stop and the scored text alike.
+(`sampler=diffusion_gemma`, from its record) when none is named, and so do HumanEval and MBPP (their stop phrases, the
+sandbox's verdicts); and the ids that end an answer are the network's own (its generation config's, Gemma's
+<end_of_turn> beside <eos>), for the sampler's stop and the scored text alike, on both paths.
 
 The model is the tiny random one `python -m mdmkit.models.llm.tiny --kind diffusion_gemma` makes: what is checked is
 that each path runs and that both give one answer, not what it answers.
@@ -10,6 +11,8 @@ that each path runs and that both give one answer, not what it answers.
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,9 +20,12 @@ import torch
 from conftest import BENCHMARK_DATA, compose_config
 from one_answer import assert_one_answer, generations, lm_eval_samples
 
+from mdmkit.tasks.code import CodeTask, HumanEvalTask, MBPPTask
+
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 GEN, MAX_LENGTH, DOCS = 24, 160, 2  # two canvases of 16, the second cut at the answer's end
+CODE_STEPS = 4  # the code tasks' denoising steps a canvas (sampler.max_steps): garbage either way, made sooner
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +117,65 @@ def test_the_tiny_sweep_expands_to_revisable_samplers() -> None:
     assert len(jobs) == 36 and {job.preset for job in jobs} == {"diffusion_gemma"}
     rules = [type(sampler.rule) for sampler in samplers if isinstance(sampler, RevisableSampler)]
     assert (rules.count(EBSampler), rules.count(ThresholdSampler), rules.count(TopKSampler)) == (20, 8, 8)
+
+
+
+def evaluate_code(name: str, model: Path, directory: Path) -> list[dict]:
+    """The generations `evaluate.py task=<name>` writes with the kind's sampler at CODE_STEPS steps a canvas."""
+    from mdmkit.evaluation.evaluate import run_evaluation
+    from mdmkit.evaluation.plan import plan_evaluation
+
+    cfg = compose_config("evaluate", [
+        f"task={name}", f"task.data_dir={BENCHMARK_DATA}", f"task.max_gen_len={GEN}", f"ckpt={model}",
+        "hf.kind=diffusion_gemma", f"hf.max_length={MAX_LENGTH}", f"limit={DOCS}", f"batch_size={DOCS}", "device=cpu",
+        f"results_file={directory / 'rows.jsonl'}", "wandb.mode=disabled", "seed=0", "sampler=diffusion_gemma",
+        f"sampler.max_steps={CODE_STEPS}"])
+    threads = torch.get_num_threads()
+    (row,) = run_evaluation(plan_evaluation(cfg))
+    torch.set_num_threads(threads)
+    assert row["n"] == DOCS and row["sampler"]["max_steps"] == CODE_STEPS
+    return generations(directory, row)
+
+
+@pytest.mark.parametrize("task", [HumanEvalTask, MBPPTask], ids=lambda task: task.name)
+def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[CodeTask], model_dir: Path,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """HumanEval (0-shot) and MBPP (its 4 shots, their start cut to the positions): evaluate.py and mdmkit-lm-eval
+    give the same text, verdict (in the sandbox) and NFE, document by document, with the task's stop phrases and the
+    checkpoint's end ids. There, the generation config names a third end id, one that the first answer draws in its
+    first canvas (as if it were <end_of_turn>): both paths end that row with its first canvas and score the text
+    before it."""
+    from mdmkit import api
+    from mdmkit.evaluation import generation
+    from mdmkit.sandbox import ENV_VAR, ISOLATION_ENV
+    from mdmkit.sandbox.isolation import available
+
+    data = BENCHMARK_DATA / task.source.local_files["test"]
+    if not data.is_file():
+        pytest.skip(f"benchmark data not found: {data}")
+    monkeypatch.setenv(ENV_VAR, "1")
+    monkeypatch.setenv(ISOLATION_ENV, available())  # bwrap, else the fallback (also on GPU nodes)
+    # the answers evaluate.py draws with the checkpoint as it is (the same batch, seed and positions), their ids kept
+    model = api.load_text_model(str(model_dir), "diffusion_gemma", max_length=MAX_LENGTH)
+    benchmark = task(data_dir=str(BENCHMARK_DATA), max_gen_len=GEN, limit=DOCS)
+    drawn: list[list[int]] = []  # each row's settled answer ids, in row order
+    settled = generation._settled
+    with monkeypatch.context() as patch:
+        patch.setattr(generation, "_settled", lambda *args: drawn.append(settled(*args)[0]) or settled(*args))
+        first = api.generate(model, benchmark.prompts(), api.kind_sampler("diffusion_gemma", max_steps=CODE_STEPS),
+                             GEN, benchmark.stop_phrases, batch_size=DOCS, seed=0, progress=False)
+    ids = drawn[0]
+    assert len(ids) == GEN and int(first.nfe[0]) == 2 * CODE_STEPS  # random weights: an answer that never ends
+    end = next(i for i in range(1, model.network.canvas.length) if ids[i] not in ids[:i])  # first met past the start
+    checkpoint = shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((checkpoint / "generation_config.json").read_text())
+    config["eos_token_id"] = [*config["eos_token_id"], ids[end]]
+    (checkpoint / "generation_config.json").write_text(json.dumps(config))
+
+    ours = evaluate_code(benchmark.name, checkpoint, tmp_path)
+    samples = lm_eval_samples(monkeypatch, f"ckpt={checkpoint},kind=diffusion_gemma,max_length={MAX_LENGTH},"
+                              f"sampler=diffusion_gemma,max_steps={CODE_STEPS}", GEN, DOCS, DOCS, task=benchmark.name)
+    assert_one_answer(samples, ours)
+    assert ours[0]["generation"] == model.decode(ids[:end]) and ours[0]["nfe"] == CODE_STEPS  # ended at the id
+    assert not any(doc["correct"] for doc in ours)  # a random model passes no test
