@@ -39,8 +39,9 @@ def generations(directory: Path, row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def assert_one_answer(samples: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
-    """Equal answers, verdicts and forwards, document by document."""
+    """Equal answers, verdicts and forwards (to the end and to the stop), document by document."""
     assert len(samples) == len(ours) > 0
     assert [sample["filtered_resps"][0] for sample in samples] == [doc["generation"] for doc in ours]
     assert [sample["accuracy"] for sample in samples] == [float(doc["correct"]) for doc in ours]
-    assert [sample["nfe"] for sample in samples] == [doc["nfe"] for doc in ours]
+    assert [(sample["nfe"], sample["nfe_to_stop"]) for sample in samples] == [(doc["nfe"], doc["nfe_to_stop"])
+                                                                              for doc in ours]

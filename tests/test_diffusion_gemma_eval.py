@@ -14,6 +14,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -21,6 +22,9 @@ from conftest import BENCHMARK_DATA, compose_config
 from one_answer import assert_one_answer, generations, lm_eval_samples
 
 from mdmkit.tasks.code import CodeTask, HumanEvalTask, MBPPTask
+
+if TYPE_CHECKING:
+    from mdmkit.evaluation.generation import TextModel
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,6 +37,14 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mdmkit.models.llm.tiny import make_tiny_model
 
     return make_tiny_model("diffusion_gemma", tmp_path_factory.mktemp("dg") / "model")
+
+
+@pytest.fixture(scope="module")
+def code_model(model_dir: Path) -> TextModel:
+    """The tiny model as evaluate.py loads it for the code tasks (their prompts cut to MAX_LENGTH's positions)."""
+    from mdmkit import api
+
+    return api.load_text_model(str(model_dir), "diffusion_gemma", max_length=MAX_LENGTH)
 
 
 def test_the_kind_names_its_own_default_sampler() -> None:
@@ -139,7 +151,7 @@ def evaluate_code(name: str, model: Path, directory: Path) -> list[dict]:
 
 @pytest.mark.parametrize("task", [HumanEvalTask, MBPPTask], ids=lambda task: task.name)
 def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[CodeTask], model_dir: Path,
-                                                                      tmp_path: Path,
+                                                                      code_model: TextModel, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """HumanEval (0-shot) and MBPP (its 4 shots, their start cut to the positions): evaluate.py and mdmkit-lm-eval
     give the same text, verdict (in the sandbox) and NFE, document by document, with the task's stop phrases and the
@@ -157,7 +169,7 @@ def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[
     monkeypatch.setenv(ENV_VAR, "1")
     monkeypatch.setenv(ISOLATION_ENV, available())  # bwrap, else the fallback (also on GPU nodes)
     # the answers evaluate.py draws with the checkpoint as it is (the same batch, seed and positions), their ids kept
-    model = api.load_text_model(str(model_dir), "diffusion_gemma", max_length=MAX_LENGTH)
+    model = code_model
     benchmark = task(data_dir=str(BENCHMARK_DATA), max_gen_len=GEN, limit=DOCS)
     drawn: list[list[int]] = []  # each row's settled answer ids, in row order
     settled = generation._settled
