@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -151,6 +152,51 @@ def run_cli(script: str, *overrides: str, cwd: Path, timeout: float = WAIT_S,
         [sys.executable, str(ROOT / script), *overrides],
         cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout,
     )
+
+
+# Runs each case of `run_cli_cases` in turn in one interpreter: argv, working directory, captured output, exit code.
+_CASES_DRIVER = """
+import contextlib, io, json, os, runpy, sys
+cases_file, results_file = sys.argv[1:3]
+cases = json.loads(open(cases_file).read())
+sys.path.insert(0, os.path.dirname(next(iter(cases.values()))[1][0]))  # as `python train.py` puts the script's folder
+results = {}
+for name, (cwd, argv) in cases.items():
+    os.chdir(cwd)
+    sys.argv = argv
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        except BaseException as error:  # a case that raises fails alone (its traceback's last line as its output)
+            print(f"{type(error).__name__}: {error}", file=sys.stderr)
+            code = 1
+    results[name] = [code, out.getvalue(), err.getvalue()]
+open(results_file, "w").write(json.dumps(results))
+"""
+
+
+def run_cli_cases(script: str, cases: dict[str, tuple[Path, list[str]]], *, env: dict[str, str] | None = None,
+                  timeout: float = WAIT_S) -> dict[str, subprocess.CompletedProcess]:
+    """`run_cli` for many cases (name: (cwd, overrides)) that stop before any work, in one interpreter.
+
+    Each `python train.py ...` costs seconds of imports before it reaches its one-line error; a shared interpreter
+    pays them once. Each case still runs the script as `__main__` with its own argv and working directory, its
+    output and exit code captured apart. What one case imported stays imported for the next: to check that a case
+    stops before some module loads, make that module unimportable (`env` with a stand-in on PYTHONPATH)."""
+    spec = {name: [str(cwd), [str(ROOT / script), *overrides]] for name, (cwd, overrides) in cases.items()}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "0", **(env or {})}
+    with tempfile.TemporaryDirectory() as scratch:
+        cases_file, results_file = Path(scratch) / "cases.json", Path(scratch) / "results.json"
+        cases_file.write_text(json.dumps(spec))
+        done = subprocess.run([sys.executable, "-c", _CASES_DRIVER, str(cases_file), str(results_file)], cwd=scratch,
+                              env=env, capture_output=True, text=True, check=False, timeout=timeout)
+        assert done.returncode == 0 and results_file.is_file(), done.stderr[-3000:]
+        results = json.loads(results_file.read_text())
+    return {name: subprocess.CompletedProcess(spec[name][1], code, out, err)
+            for name, (code, out, err) in results.items()}
 
 
 def load_script(name: str) -> ModuleType:

@@ -38,7 +38,8 @@ def test_humaneval_canonical_solutions_all_pass(mode):
     assert failed == {}
 
 
-@pytest.mark.parametrize("isolation", ["auto", pytest.param("process", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", ["auto", "process"])
 def test_mbpp_reference_code_passes_all_but_three_known_tasks(isolation):
     """All 974 programs in the sandbox's default mode (bwrap where it runs); the fallback's run is `slow` (the
     attack tests cover both modes, HumanEval's 164 programs too)."""

@@ -56,6 +56,7 @@ def assert_same_rows(one: list[dict], two: list[dict]) -> None:
     assert {r.get("world_size") for r in one} == {1} and {r["world_size"] for r in two} == {2}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SUDOKU.is_file(), reason=f"{SUDOKU} not found")
 def test_two_processes_write_the_single_process_rows_of_a_grid_sweep(tmp_path):
     search = write_sweep(tmp_path / "conf", "dp", (
@@ -107,6 +108,7 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SUDOKU.is_file(), reason=f"{SUDOKU} not found")
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="needs /proc to find the rank to kill")
 def test_a_sweep_killed_with_one_rank_resumes_to_the_single_process_rows(tmp_path):

@@ -80,6 +80,7 @@ def finish(tmp_path: Path, run: subprocess.Popen, processes: int) -> tuple[str, 
     return stdout, json.loads(results_file.read_text()), samples
 
 
+@pytest.mark.slow
 @needs_data
 def test_two_cpu_processes_give_the_single_process_results(masked_dir, tmp_path):
     tasks = tmp_path / "tasks"  # a user's --include_path replaces mdmkit's, so it gets a copy of mdmkit_gsm8k

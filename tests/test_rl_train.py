@@ -95,6 +95,7 @@ def test_a_resumed_rl_run_ends_where_an_uninterrupted_one_does(tmp_path: Path, i
     assert all(torch.equal(resumed[name], straight[name]) for name in straight)
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_accumulating_two_batches(tmp_path: Path) -> None:
     """Each rank rolls out the batch the data stream gives it, from that batch's own seed: data parallel over 2 CPU
     processes gives the weights of 1 process accumulating 2 micro-batches, step by step."""

@@ -122,6 +122,7 @@ def test_no_key_left_by_one_sandbox_reaches_a_later_one(mode, marker):
 # --- one identity per sandbox ---------------------------------------------------------------------------------
 
 @pytest.mark.skipif(not ROOT_USER, reason="only a root caller hands its sandboxes host uids (a user's keep its own)")
+@pytest.mark.parametrize("mode", ["process", pytest.param("bwrap", marks=pytest.mark.slow)], indirect=True)
 def test_a_thousand_and_one_sandboxes_of_a_root_caller_never_share_a_uid(mode):
     programs = ["import os\nprint(os.getuid(), os.getgid())\n"] * 1001  # the audit's 1,001st reused the 1st's uid
     results = run_many(programs, limits(mode, timeout_s=30.0), workers=2, progress=False)

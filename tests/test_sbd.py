@@ -201,6 +201,7 @@ def test_decoders_refuse_infilling_canvases_and_bad_configs():
         build(cfg.sampler, "sampler")
 
 
+@pytest.mark.slow
 def test_ntp_then_sbd_fine_tuning_runs_through_train_py(tmp_path):
     common = [*TINY, "task.n_train=300", f"results_file={tmp_path}/rows.jsonl", "eval_limit=8"]
     ntp = run_cli("train.py", "experiment=arithmetic_ntp", *common, f"hydra.run.dir={tmp_path}/ntp", cwd=tmp_path)

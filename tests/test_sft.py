@@ -330,6 +330,7 @@ def _steps(run: Path) -> list[dict[str, torch.Tensor]]:
     return [torch.load(file, map_location="cpu", weights_only=False)["state_dict"] for file in files]
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_with_accumulation(model_dirs, pairs_file, tmp_path: Path) -> None:
     """Data parallel over 2 CPU processes = 1 process accumulating 2 batches: the same weights after every step."""
     common = sft_overrides(model_dirs["llada"], pairs_file, tmp_path, "trainer.max_steps=3", "checkpoint_every=1",

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
-from conftest import BENCHMARK_DATA, ROOT, run_cli
+from conftest import BENCHMARK_DATA, ROOT, run_cli, run_cli_cases
 from tiny_text_models import native_checkpoint_dir
 
 REFERENCE = Path(os.environ.get("MDMKIT_REFERENCE_MODELS", ROOT.parent / "shared" / "reference_models"))
@@ -63,18 +64,29 @@ BAD = {  # a case: its overrides of the documented command, what its one line sa
 }
 
 
+@pytest.fixture(scope="module")
+def bad_runs(model_dir, pairs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, CompletedProcess]]:
+    """The documented command with each case's overrides, each in a directory of its own: (the directory, the run)."""
+    where = {case: tmp_path_factory.mktemp("bad") for case in BAD}
+    runs = {}
+    for case, work in where.items():
+        (work / "one.jsonl").write_text(pairs.read_text().splitlines()[0] + "\n")
+        (work / "bad.jsonl").write_text(pairs.read_text().splitlines()[0] + '\n{"prompt": "q"}\n')
+        given = [o.format(one=work / "one.jsonl", bad=work / "bad.jsonl") for o in BAD[case][0]]
+        runs[case] = (work, documented(model_dir, pairs, *given))
+    done = run_cli_cases("train.py", runs, env=CPU_ONLY)
+    return {case: (where[case], done[case]) for case in BAD}
+
+
 @pytest.mark.parametrize("case", list(BAD))
-def test_each_bad_setting_fails_in_one_line_before_anything_loads(model_dir, pairs, tmp_path: Path, case) -> None:
-    overrides, expected = BAD[case]
-    (tmp_path / "one.jsonl").write_text(pairs.read_text().splitlines()[0] + "\n")
-    (tmp_path / "bad.jsonl").write_text(pairs.read_text().splitlines()[0] + '\n{"prompt": "q"}\n')
-    given = [o.format(one=tmp_path / "one.jsonl", bad=tmp_path / "bad.jsonl") for o in overrides]
-    out = run_cli("train.py", *documented(model_dir, pairs, *given), cwd=tmp_path, env=CPU_ONLY)
+def test_each_bad_setting_fails_in_one_line_before_anything_loads(bad_runs, case) -> None:
+    work, out = bad_runs[case]
+    expected = BAD[case][1]
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: ") and expected in errors[0], out.stderr[-2000:]
     assert "parameters" not in out.stdout  # no model was loaded (the banner names its size)
-    assert not [*tmp_path.rglob("*.ckpt"), *tmp_path.rglob("metrics.csv"), *tmp_path.rglob("calls.jsonl")]
+    assert not [*work.rglob("*.ckpt"), *work.rglob("metrics.csv"), *work.rglob("calls.jsonl")]
 
 
 def test_the_documented_command_trains_on_a_cpu_and_sums_up_the_run(model_dir, pairs, tmp_path: Path) -> None:

@@ -86,6 +86,7 @@ def test_the_same_seed_makes_the_same_model_and_an_existing_directory_is_refused
         make_tiny_model("llada", first)
 
 
+@pytest.mark.slow
 def test_the_documented_fine_tuning_runs_and_its_results_evaluate(workdir: Path, commands) -> None:
     quick = ["trainer.max_steps=2", "trainer.val_check_interval=2", "eval_limit=2", "logger=csv",
              "trainer.enable_progress_bar=false", f"results_file={workdir}/rows.jsonl"]

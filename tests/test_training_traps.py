@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, compose_config, load_script, run_cli
+from conftest import TINY, compose_config, load_script, run_cli, run_cli_cases
 
 from mdmkit.core.errors import ConfigError
 from mdmkit.training.preflight import plan_training
@@ -91,24 +92,34 @@ def test_max_steps_zero_is_an_error_not_an_empty_run(tmp_path: Path) -> None:
     assert not (tmp_path / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("trainer.max_steps=0", "trainer: max_steps=0 must be an integer >= 1"),
-    ("model.n_layers=0", "model: n_layers=0 must be >= 1"),
-    ("optim.lr=0", "optim: lr=0 must be > 0"),
-    ("sampler.k=0", "sampler: k=0 must be >= 1"),
-    ("save_dtype=float16", "save_dtype=float16 must be one of float32, bfloat16"),
-    ("compile=maybe", "compile=maybe must be true, false or a torch.compile mode (default, reduce-overhead"),
-    ("data.workers=-1", "data: workers=-1 must be >= 0"),
-])
-def test_range_errors_stop_before_lightning_is_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        override: str, message: str) -> None:
-    fake = tmp_path / "fake" / "lightning"
+RANGE_ERRORS = {  # an override: the start of its one line
+    "trainer.max_steps=0": "trainer: max_steps=0 must be an integer >= 1",
+    "model.n_layers=0": "model: n_layers=0 must be >= 1",
+    "optim.lr=0": "optim: lr=0 must be > 0",
+    "sampler.k=0": "sampler: k=0 must be >= 1",
+    "save_dtype=float16": "save_dtype=float16 must be one of float32, bfloat16",
+    "compile=maybe": "compile=maybe must be true, false or a torch.compile mode (default, reduce-overhead",
+    "data.workers=-1": "data: workers=-1 must be >= 0",
+}
+
+
+@pytest.fixture(scope="module")
+def range_error_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess]:
+    """`python train.py <override>` for each range error, where any import of lightning fails loudly."""
+    work = tmp_path_factory.mktemp("range-errors")
+    fake = work / "fake" / "lightning"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('lightning was imported')\n")
-    monkeypatch.setenv("PYTHONPATH", str(fake.parent))  # any import of lightning now fails loudly
-    out = run_cli("train.py", *TINY, override, cwd=tmp_path)
+    return run_cli_cases("train.py", {override: (work, [*TINY, override]) for override in RANGE_ERRORS},
+                         env={"PYTHONPATH": str(fake.parent)})
+
+
+@pytest.mark.parametrize("override", list(RANGE_ERRORS))
+def test_range_errors_stop_before_lightning_is_imported(range_error_runs, override: str) -> None:
+    out = range_error_runs[override]
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), out.stderr
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {RANGE_ERRORS[override]}"), \
+        out.stderr
 
 
 def test_a_job_prints_no_adverts_and_one_wandb_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """The package type-checks: mypy, with pyproject.toml's [tool.mypy] settings, finds no error in `mdmkit/`.
 
-mypy keeps its cache in the checkout's .mypy_cache (about a minute cold, mostly torch's stubs; seconds after). To
-show that the check can fail, one test runs it on a small module with the errors the settings are there to catch.
+mypy keeps its cache in the checkout's .mypy_cache (a cold check is mostly torch's stubs; transformers is skipped:
+see pyproject.toml). To show that the check can fail, one test runs it on a small module with the errors the settings
+are there to catch.
 """
 
 from __future__ import annotations
