@@ -14,6 +14,7 @@ with the same stops, prompt cutting and counting as `evaluate.py task=gsm8k` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -75,19 +76,25 @@ class Filled:
 
 @torch.no_grad()
 def fill(network: torch.nn.Module, prompts: list[list[int]], sampler: Sampler, gen_length: int, mask_id: int, *,
-         seed: int = 0, pad_id: int = 0, stop: Stop | None = None) -> Filled:
+         seed: int | Sequence[int] = 0, pad_id: int = 0, stop: Stop | None = None) -> Filled:
     """`gen_length` masked positions after each prompt (token ids, left-padded in one batch), filled by `sampler`
-    through a forward counter; random draws from `seed`."""
+    through a forward counter; random draws from `seed`, or, given a seed per row, each row's from its own (a rule
+    that draws per row, SDAR's, then gives every row what it gives alone with its seed; the others draw from the
+    first seed's stream)."""
     require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
     require(len(prompts) > 0, "fill needs at least one prompt")
     device = next(network.parameters()).device
     canvas, attention, _ = masked_canvas([list(p) for p in prompts], gen_length, mask_id, pad_id, device)
+    seeds = [seed] if isinstance(seed, int) else list(seed)
+    require(isinstance(seed, int) or len(seeds) == len(prompts),
+            f"{len(seeds)} seeds for {len(prompts)} prompts: one seed, or one per prompt")
+    rows = None if isinstance(seed, int) else tuple(seeded_generator(s, device) for s in seeds)
     counter = ForwardCounter(network, len(prompts))
     was_training = network.training
     network.eval()
     try:
-        sampled = sampler.sample(counter, canvas, mask_id, seeded_generator(seed, device), attention_mask=attention,
-                                 stop=stop)
+        sampled = sampler.sample(counter, canvas, mask_id, seeded_generator(seeds[0], device),
+                                 attention_mask=attention, stop=stop, row_generators=rows)
     finally:
         network.train(was_training)
     return Filled(sampled.tokens, counter.nfe, counter.nfe_to_stop)

@@ -7,7 +7,8 @@ shorter than, longer than and exactly a block multiple, and 3 runs with a stop t
 The reference decodes (and returns) a canvas of whole blocks, the prompt included and still-masked tail blocks left
 as masks; the canvas here is the same. It cannot batch (a batch of 2 raises): batched rows here equal their runs
 alone. Its seeded runs draw with `torch.multinomial` on the global generator, once per step over the block: mdmkit
-makes the same calls on the canvas generator seeded alike.
+makes the same calls on the canvas generator seeded alike, and in a batch given a seed per row, each row's call on
+its own generator.
 """
 
 from __future__ import annotations
@@ -112,6 +113,40 @@ def test_batched_rows_equal_their_runs_alone(run: dict) -> None:
         assert int(batched.nfe[row]) == int(alone.nfe[0])
 
 
+def setting(run: dict) -> tuple:
+    return (run["kind"], run["block_length"], run["denoising_steps"], run["remasking_strategy"],
+            run["confidence_threshold"])
+
+
+# seeded (temperature 1) settings: TraDo's (dynamic at 0.9, blocks of 4), static and sequential in blocks of 8
+SEEDED = [run for run in RUNS if run["prompt_name"] == "long13" and setting(run)[1:] in
+          {(4, 4, "low_confidence_dynamic", 0.9), (8, 8, "low_confidence_static", 0.85), (8, 4, "sequential", 0.85)}
+          and run["kind"] == "sampled_t1"]
+
+
+@pytest.mark.parametrize("run", SEEDED, ids=[name(run) for run in SEEDED])
+def test_batched_seeded_rows_equal_their_runs_alone(run: dict) -> None:
+    # the setting's six prompts (lengths 6, 13 and 8) in one left-padded batch, each row with its fixture seed and
+    # its own generator: each row is its run alone, and the rows of the reference's length are its sequences
+    same = [r for r in RUNS if setting(r) == setting(run)]
+    assert len(same) == 3
+    prompts = [p for r in same for p in r["prompt"]]
+    seeds = [s for r in same for s in r["seeds"]]
+    expected = [(seq, calls) for r in same for seq, calls in zip(r["sequences"], r["forward_calls"])]
+    length = answer_length(run["prompt"][0], run)
+    batched = api.fill(network(), prompts, preset(run), length, MASK_ID, seed=seeds)
+    for row, prompt in enumerate(prompts):
+        tokens = batched.tokens[row, batched.tokens.shape[1] - len(prompt) - length:].tolist()
+        alone = api.fill(network(), [prompt], preset(run), length, MASK_ID, seed=seeds[row])
+        assert tokens == alone.tokens[0].tolist()
+        assert int(batched.nfe[row]) == int(alone.nfe[0])
+        if len(prompt) == len(run["prompt"][0]):
+            assert (tokens, int(batched.nfe[row])) == tuple(expected[row])
+    # one generator shared by the rows splits its stream between them: a row's draws are not its run's
+    shared = api.fill(network(), run["prompt"], preset(run), length, MASK_ID, seed=run["seeds"][0])
+    assert shared.tokens.tolist() != run["sequences"]
+
+
 def test_overwrite_false_writes_masked_positions_only() -> None:
     # where a step's count exceeds the masks left, the reference's topk picks given positions too and writes its
     # fresh draws there (this run depends on it); overwrite=false keeps every decided token
@@ -178,5 +213,7 @@ def test_what_the_rule_refuses_is_one_line() -> None:
     assert "\n" not in str(caught.value)
     with pytest.raises(ConfigError, match="steps=0 must be >= 1"):
         rule(steps=0)
+    with pytest.raises(ConfigError, match="3 seeds for 2 prompts: one seed, or one per prompt"):
+        api.fill(network(), [[1, 2], [3]], api.sampler("sdar"), 4, MASK_ID, seed=[1, 2, 3])
     with pytest.raises(ConfigError, match="store_finished .* needs commit_reveals=false"):
         BlockDiffusionSampler(block_size=4, sub_block=4, rule=SdarSampler(), store_finished=True)

@@ -232,7 +232,8 @@ class _Decode:
         tokens = torch.where(valid, self.x[rows[:, None], columns.clamp(max=self.length - 1)], filler)
         blocks = _SubBlocks(self, rows, start, block_end, columns, valid)
         stop = None if self.canvas.stop is None else _SubBlockStop(self.canvas.stop, blocks)
-        inner = self.sampler.rule.fill(blocks, Canvas(tokens, self.canvas.mask_id, self.canvas.generator, stop=stop))
+        inner = self.sampler.rule.fill(blocks, Canvas(tokens, self.canvas.mask_id, self.canvas.generator, stop=stop,
+                                                      row_generators=self.canvas.generators_of(rows)))
         filled = valid & (inner.reveal_step >= 0)
         where = rows[:, None].expand_as(columns)
         self.x[where[filled], columns[filled]] = inner.tokens[filled]

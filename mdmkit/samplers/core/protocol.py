@@ -37,9 +37,16 @@ class Canvas:
 
     tokens: torch.Tensor  # [B, L]; every `mask_id` position is to be filled
     mask_id: int
-    generator: torch.Generator | None = None  # the only source of randomness
+    generator: torch.Generator | None = None  # the only source of randomness (the rows' shared stream)
     attention_mask: torch.Tensor | None = None  # [B, L], True = a real token: hides left padding
     stop: Stop | None = None  # generate_until: rows end at a settled stop sequence
+    # each row's own stream instead of the shared one, for a rule that draws per row (SDAR's): a batched row then
+    # draws what it draws alone with the same generator; rules that do not draw per row keep `generator`
+    row_generators: tuple[torch.Generator, ...] | None = None
+
+    def generators_of(self, rows: torch.Tensor) -> tuple[torch.Generator, ...] | None:
+        """The own streams of batch rows `rows` [R] (None without them), for a walk's canvas of those rows."""
+        return None if self.row_generators is None else tuple(self.row_generators[int(r)] for r in rows.tolist())
 
 
 @dataclass
@@ -63,13 +70,15 @@ class Sampler(Validated):
         *,
         attention_mask: torch.Tensor | None = None,
         stop: Stop | None = None,
+        row_generators: tuple[torch.Generator, ...] | None = None,
     ) -> Sampled:
         """Fill every `mask_id` position of `tokens` [B, L].
 
         `attention_mask` [B, L] (True = a real token) hides left padding; `stop` ends rows at a stop sequence
-        (generate_until; the counter notes each row's NFE at that point). Draws use `generator` only.
+        (generate_until; the counter notes each row's NFE at that point). Draws use `generator` only, or, in a rule
+        that draws per row, `row_generators` (one per row) where given.
         """
-        return self.fill(network, Canvas(tokens, mask_id, generator, attention_mask, stop))
+        return self.fill(network, Canvas(tokens, mask_id, generator, attention_mask, stop, row_generators))
 
     def fill(self, network: ForwardCounter, canvas: Canvas) -> Sampled:
         """Fill `canvas` through `network`, which charges every forward to the rows it ran on."""

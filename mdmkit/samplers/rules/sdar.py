@@ -3,7 +3,9 @@
 The rule of `block_diffusion_generate` (JetAstra/SDAR's generate.py; TraDo decodes with the same), run by block
 diffusion (`sampler=sdar`), which stores each block as soon as it is full, as that code does. A step draws every
 position of the block with one `torch.multinomial` from the canvas generator (the reference's one call per step on
-the global generator, so seeded runs agree) and scores each drawn token by its probability. The strategies:
+the global generator, so seeded runs agree) and scores each drawn token by its probability. Given each row's own
+generator (`api.fill` with a seed per row), each row makes that call alone on its own: a batched row draws exactly
+what its run alone draws, where rows sharing one generator would split its stream. The strategies:
 
 - `low_confidence_dynamic`: every masked position scored above `threshold`, if they reach the step's count, else that
   many of the best (`torch.topk`, whose order among ties the reference inherits: top_k=1 scores every draw 1.0);
@@ -92,7 +94,7 @@ class SdarSampler(Sampler):
         for step in batch:
             probs = filtered_logits(batch.logits(step, None).float(), self.temperature, self.top_k,
                                     self.top_p).softmax(-1)
-            tokens = self._draw(probs, canvas.generator)
+            tokens = self._draw(probs, canvas, step.rows)
             masked = step.masked
             if bounded:
                 entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1)
@@ -105,12 +107,16 @@ class SdarSampler(Sampler):
             batch.end(step)
         return batch.result()
 
-    def _draw(self, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """A token per position [R, W]: one multinomial over every position (the reference's call), or the argmax
-        at temperature 0."""
+    def _draw(self, probs: torch.Tensor, canvas: Canvas, rows: torch.Tensor) -> torch.Tensor:
+        """A token per position [R, W] of batch rows `rows`: one multinomial over every position (the reference's
+        call), on each row's own generator where the canvas has them (that row's call alone), or the argmax at
+        temperature 0."""
         if self.temperature == 0.0:
             return probs.argmax(-1)
-        flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=generator)
+        own = canvas.generators_of(rows)
+        if own is not None:
+            return torch.cat([torch.multinomial(row, 1, generator=generator).T for row, generator in zip(probs, own)])
+        flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=canvas.generator)
         return flat.view(probs.shape[:-1])
 
     def _scheduled(self, score: torch.Tensor, masked: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
