@@ -24,9 +24,10 @@ def page(name: str) -> dict:
 def test_reference_model_solves_the_first_test_puzzles(name: str) -> None:
     trained = TrainedModel(ROOT / "checkpoints" / f"{name}.pt")
     assert trained.config["run_name"] == name
-    # The test split is the head of the generation stream, so these are the first 64 test examples.
-    first = Split.from_examples(trained.task.generate(64, trained.task.seed))
-    result = sample_split(trained.network(), trained.task, first, TopKSampler(k=1), batch_size=64)
+    # The test split is the head of the generation stream, so these are the first 32 test examples (at the page's
+    # ~93%, 0.15 below it is over three standard deviations of 32 draws away).
+    first = Split.from_examples(trained.task.generate(32, trained.task.seed))
+    result = sample_split(trained.network(), trained.task, first, TopKSampler(k=1), batch_size=32)
     assert result.accuracy >= page(name)["test_accuracy"] - 0.15
     assert (result.nfe == first.answer_mask.sum(1).numpy()).all()  # full-step: one pass per answer token
 
