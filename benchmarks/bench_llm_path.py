@@ -5,15 +5,18 @@
     python -m benchmarks.bench_llm_path --scale 512,4 --prompts 512 --batches 1 4 --predict H200   # on a CPU
     python -m benchmarks.bench_llm_path --page-only --out docs/results/llm_path_gpu  # re-make from <out>.jsonl
 
-Both networks are built first (31 GB in bf16), then cases run in order of importance: batch 1 for every model and
-prompt, the rules' overhead at batch 1, then each larger batch (and the rules at their next batch size). Each case
-is written to `<out>.jsonl` as soon as it is measured, so a run cut short keeps what it did; `--budget-s` stops
-starting new cases once that many seconds have passed. A case that runs out of memory is recorded as such. See
-`benchmarks.llm_path` for the method."""
+Cases run in order of importance: batch 1 for every model (in the order `--models` names them) and prompt, the
+rules' overhead at batch 1, then each larger batch (and the rules at their next batch size). One network is on the
+device at a time, made when a case needs it and freed before the next is made (the real sizes, 16-50 GB in bf16
+each, do not fit together); a variant (`llm_path.VARIANTS`) reuses its network. Each case is written to
+`<out>.jsonl` as soon as it is measured, so a run cut short keeps what it did; `--budget-s` stops starting new cases
+once that many seconds have passed. A case that runs out of memory is recorded as such. See `benchmarks.llm_path`
+for the method, `benchmarks.llm_path_canvas` for DiffusionGemma's (mode `canvas`)."""
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -24,10 +27,12 @@ from typing import Any
 
 import torch
 
+from benchmarks import llm_path_canvas as canvas_path
 from benchmarks.llm_path import (
     CARDS,
     MODES,
     PRESETS,
+    VARIANTS,
     canvas,
     card_of,
     case_record,
@@ -35,6 +40,7 @@ from benchmarks.llm_path import (
     generate,
     measured_card,
     network_for,
+    own_block,
     random_llm,
     scaled,
 )
@@ -43,15 +49,25 @@ from mdmkit import api
 from mdmkit.analysis.pages import Page, command_line, run_script, stamp
 from mdmkit.core.config import option
 from mdmkit.core.errors import MdmkitError
-from mdmkit.models.llm.diffusion_lm import DiffusionLM
+
+MODELS = (*PRESETS, *VARIANTS, canvas_path.NAME)
 
 
 @dataclass
 class Model:
-    """A benchmarked network and its name."""
+    """A benchmarked case: its name, the network it runs (a `PRESETS` name or DiffusionGemma's) and its decoder
+    (`masked`: `llm_path.fixed_sampler`'s, `editing`: LLaDA2.1's, `canvas`: DiffusionGemma's)."""
 
     name: str
-    network: DiffusionLM
+    preset: str
+    decoder: str
+
+    @classmethod
+    def named(cls, name: str) -> Model:
+        if name == canvas_path.NAME:
+            return cls(name, name, "canvas")
+        preset, decoder = VARIANTS.get(name, (name, "masked"))
+        return cls(name, preset, decoder)
 
 
 RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "prophet", "dus", "wino")
@@ -59,12 +75,15 @@ RULES = ("steps", "topk", "eb", "threshold", "factor", "klass", "credit", "proph
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(PRESETS), choices=list(PRESETS),
-                        help="block-causal ones (fast-dllm-v2-7b, llada2-mini) run `none` and `block` only")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS),
+                        help="in order of importance; block-causal ones (fast-dllm-v2-7b, llada2-mini, sdar-*) run "
+                             f"`none` and `block` only, {canvas_path.NAME} `canvas` only")
     parser.add_argument("--prompts", type=int, nargs="+", default=[512, 1024])
     parser.add_argument("--answer", type=int, default=256)
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--steps-per-block", type=int, default=8, help="forwards per block in every mode")
+    parser.add_argument("--canvas-steps", type=int, default=None,
+                        help=f"{canvas_path.NAME}'s decoder forwards per canvas (default: the others' NFE)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--repeats", type=int, default=2, help="timed generations per case (the median is kept)")
@@ -109,8 +128,8 @@ def _blocked(rule: str, **fields: Any) -> dict[str, Any]:
     return fields
 
 
-def _median_case(generations: list, **keys: Any) -> dict[str, Any]:
-    records = [case_record(g, **keys) for g in generations]
+def _median_case(generations: list, record: Any = case_record, **keys: Any) -> dict[str, Any]:
+    records = [record(g, **keys) for g in generations]
     middle = statistics.median_low(r["seconds"] for r in records)
     return next(r for r in records if r["seconds"] == middle)
 
@@ -131,7 +150,10 @@ class Run:
         self.rules: list[dict[str, Any]] = []
         self.parameters: dict[str, int] = {}
         self.active: dict[str, int] = {}  # parameters a token's forward uses (a mixture of experts: fewer)
+        self.decoding: dict[str, str] = {}  # how each model decodes, where it is not the run's blocks and steps
         self.syncs: dict[tuple, tuple[int, int, int]] = {}  # (model, prompt, mode) -> loop, network, forwards
+        self.resident: tuple[str, Any] | None = None  # the network on the device: (preset, network)
+        self.counts: dict[str, tuple[int, int]] = {}  # preset -> (parameters, active parameters)
         page.file(".jsonl").write_text("")
 
     def out_of_time(self) -> bool:
@@ -145,29 +167,81 @@ class Run:
         shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in record.items()}
         print(json.dumps(shown), flush=True)
 
-    def build(self, name: str) -> Model:
-        config = PRESETS[name] if self.args.scale is None else scaled(PRESETS[name], *self.args.scale)
-        model = Model(name, random_llm(config, self.device, self.dtype))
-        self.parameters[name] = model.network.num_parameters()
-        self.active[name] = model.network.active_parameters()
-        print(f"{name}: {self.parameters[name] / 1e9:.2f}B parameters ({self.active[name] / 1e9:.2f}B active per "
-              f"token) on {self.device} in {self.args.dtype}", flush=True)
-        return model
+    def real_config(self, model: Model) -> Any:
+        """The real-size config of `model`'s network (DiffusionGemma: its text config), for `--predict`."""
+        return canvas_path.gemma_config().text_config if model.decoder == "canvas" else PRESETS[model.preset]
+
+    def schedule(self, model: Model) -> tuple[int, int]:
+        """(block, forwards per block) of `model`; DiffusionGemma: (canvas length, decoder forwards per canvas)."""
+        args = self.args
+        if model.decoder != "canvas":
+            return own_block(PRESETS[model.preset], args.block, args.steps_per_block)
+        length = min(canvas_path.CANVAS_LENGTH, args.answer)
+        return length, args.canvas_steps or max(1, length * args.steps_per_block // args.block)
+
+    def network(self, model: Model) -> Any:
+        """`model`'s network, made on the device if it is not the one there (which is freed first)."""
+        if self.resident is not None and self.resident[0] == model.preset:
+            network = self.resident[1]
+        else:
+            self.resident = None
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            network = self._build(model)
+            self.resident = (model.preset, network)
+        self.parameters[model.name], self.active[model.name] = self.counts[model.preset]
+        if (model.decoder, *self.schedule(model)) != ("masked", self.args.block, self.args.steps_per_block):
+            self.decoding.setdefault(model.name, self._decoding(model))
+        return network
+
+    def _build(self, model: Model) -> Any:
+        scale = self.args.scale
+        if model.decoder == "canvas":
+            config = canvas_path.gemma_config(scale, self.schedule(model)[0])
+            network = canvas_path.random_gemma(config, self.device, self.dtype)
+            self.counts[model.preset] = canvas_path.text_parameters(network)
+        else:
+            config = PRESETS[model.preset] if scale is None else scaled(PRESETS[model.preset], *scale)
+            network = random_llm(config, self.device, self.dtype)
+            self.counts[model.preset] = (network.num_parameters(), network.active_parameters())
+        total, active = self.counts[model.preset]
+        print(f"{model.preset}: {total / 1e9:.2f}B parameters ({active / 1e9:.2f}B active per token) on "
+              f"{self.device} in {self.args.dtype}", flush=True)
+        return network
+
+    def _decoding(self, model: Model) -> str:
+        block, steps = self.schedule(model)
+        if model.decoder == "canvas":
+            return (f"DiffusionGemma's canvas loop (EB, self-conditioning, renoising): canvases of {block}, {steps} "
+                    "decoder forwards each (the adaptive stop off), one encoder pass over the prompt and each "
+                    "finished canvas (its time beside the decoder's)")
+        said = f"blocks of {block}, {steps} forwards a block"
+        if model.decoder == "editing":
+            said += (" with LLaDA2.1's decoder: M2T reveals, T2T edits at 0.5 and one post step a block; `none` is "
+                     "its generate (each forward recomputes the window up to the block's end), `block` its cached "
+                     f"form; the forwards have {model.preset}'s shapes, the loop is what differs")
+        return said
 
     def plan(self, models: list[Model]) -> list[tuple[str, Model, int, int]]:
         """(what, model, prompt, batch) in order of importance: each batch size for every model and prompt, the
-        rules' overhead at each of their batch sizes as soon as cases at that size have run."""
+        rules' overhead (on the first masked-decoding model) at each of their batch sizes as soon as cases at that
+        size have run."""
         steps: list[tuple[str, Model, int, int]] = []
-        rule_batches = sorted(self.args.rule_batches) if self.args.rules else []
+        ruled = [model for model in models if model.decoder == "masked"][:1]
+        rule_batches = sorted(self.args.rule_batches) if self.args.rules and ruled else []
         for batch in sorted(self.args.batches):
             steps += [("case", model, prompt, batch) for model in models for prompt in self.args.prompts]
             while rule_batches and rule_batches[0] <= batch:
-                steps += [("rules", model, self.args.prompts[0], rule_batches.pop(0)) for model in models[:1]]
-        steps += [("rules", models[0], self.args.prompts[0], b) for b in rule_batches]
+                steps += [("rules", model, self.args.prompts[0], rule_batches.pop(0)) for model in ruled]
+        steps += [("rules", ruled[0], self.args.prompts[0], b) for b in rule_batches]
         return steps
 
+    def modes(self, model: Model) -> list[str]:
+        return [mode for mode in self.args.modes if (mode == "canvas") == (model.decoder == "canvas")]
+
     def run(self) -> None:
-        models = [self.build(name) for name in self.args.models]
+        models = [Model.named(name) for name in self.args.models]
         for what, model, prompt, batch in self.plan(models):
             if self.out_of_time():
                 print(f"--budget-s {self.args.budget_s:g} spent: the remaining cases are not run", flush=True)
@@ -175,47 +249,61 @@ class Run:
             if what == "rules":
                 self.rule_overheads(model, prompt, batch)
                 continue
-            if not any((model.name, prompt, mode) in self.syncs for mode in self.args.modes):
+            if not any((model.name, prompt, mode) in self.syncs for mode in self.modes(model)):
                 self.warm_up(model, prompt)
-            for mode in self.args.modes:
+            for mode in self.modes(model):
                 self.case(model, prompt, batch, mode)
+
+    def _generate(self, model: Model, network: Any, prompt: int, batch: int, mode: str, count_syncs: bool) -> Any:
+        block, steps = self.schedule(model)
+        if model.decoder == "canvas":
+            return canvas_path.generate_canvas(network, prompt, self.args.answer, batch, steps, count_syncs)
+        return generate(network, self._canvas(network, prompt, batch),
+                        fixed_sampler(mode, steps, block, model.decoder), count_syncs)
+
+    def _network_for(self, model: Model, mode: str) -> Any:
+        network = self.network(model)
+        return network if model.decoder == "canvas" else network_for(network, mode, self.schedule(model)[0])
 
     def warm_up(self, model: Model, prompt: int) -> None:
         """One generation per mode at batch 1 (kernels chosen, caches allocated), counting host syncs."""
-        for mode in self.args.modes:
-            network = network_for(model.network, mode, self.args.block)
+        for mode in self.modes(model):
+            network = self._network_for(model, mode)
             if network is not None:
-                warm = generate(network, self._canvas(network, prompt, 1), self._sampler(mode))
-                self.syncs[model.name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, len(warm.forwards))
+                warm = self._generate(model, network, prompt, 1, mode, count_syncs=True)
+                decoded = sum(not forward.encoder for forward in warm.forwards)  # a canvas network: its decoder's
+                self.syncs[model.name, prompt, mode] = (warm.loop_syncs, warm.network_syncs, decoded)
 
     def _canvas(self, network: Any, prompt: int, batch: int, answer: int | None = None) -> torch.Tensor:
         return canvas(prompt, answer or self.args.answer, batch, network.vocab_size, network.mask_id)
 
-    def _sampler(self, mode: str) -> Any:
-        return fixed_sampler(mode, self.args.steps_per_block, self.args.block)
-
     def case(self, model: Model, prompt: int, batch: int, mode: str) -> None:
-        network = network_for(model.network, mode, self.args.block)
+        network = self._network_for(model, mode)
         if network is None:
             return
         keys = {"model": model.name, "prompt": prompt, "answer": self.args.answer, "batch": batch, "mode": mode}
         try:
-            runs = [generate(network, self._canvas(network, prompt, batch), self._sampler(mode), count_syncs=False)
+            runs = [self._generate(model, network, prompt, batch, mode, count_syncs=False)
                     for _ in range(self.args.repeats)]
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             self.keep({**keys, "error": "out of memory"}, self.cases)
             return
-        predict = None if self.args.predict is None else (PRESETS[model.name], CARDS[self.args.predict])
-        record = _median_case(runs, config=network.config, element_bytes=torch.finfo(self.dtype).bits // 8,
-                              hardware=self.hardware, predict=predict, **keys)
+        predict = None if self.args.predict is None else (self.real_config(model), CARDS[self.args.predict])
+        element_bytes = torch.finfo(self.dtype).bits // 8
+        if model.decoder == "canvas":
+            record = _median_case(runs, canvas_path.canvas_record, text=network.model.config.text_config,
+                                  element_bytes=element_bytes, hardware=self.hardware, predict=predict, **keys)
+        else:
+            record = _median_case(runs, config=network.config, element_bytes=element_bytes, hardware=self.hardware,
+                                  predict=predict, **keys)
         loop, inside, forwards = self.syncs[model.name, prompt, mode]
         record.update(loop_syncs_per_forward=loop / forwards, network_syncs_per_forward=inside / forwards)
         self.keep(record, self.cases)
 
     def rule_overheads(self, model: Model, prompt: int, batch: int) -> None:
         """Each rule's loop share over one block of answer, at `batch` (cache dual where the rule takes it)."""
-        network = model.network
+        network = self.network(model)
         tokens = self._canvas(network, prompt, batch, answer=self.args.block)
         for rule in self.args.rules:
             if self.out_of_time():
@@ -242,7 +330,7 @@ class Run:
                 "hardware": None if self.hardware is None else self.hardware.name,
                 "hardware_figures": None if self.hardware is None else asdict(self.hardware),
                 "threads": torch.get_num_threads(), "parameters": self.parameters,
-                "active_parameters": self.active, "setup": setup,
+                "active_parameters": self.active, "decoding": self.decoding, "setup": setup,
                 "notes": self.args.note}
 
 

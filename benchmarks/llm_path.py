@@ -2,13 +2,20 @@
 diffusion, each forward beside its roofline, and the host synchronisations of the step loop.
 
 The networks are mdmkit's native `DiffusionLM` at the shapes of LLaDA-8B-Instruct, Dream-v0-Instruct-7B, Fast-dLLM
-v2 7B and LLaDA2.0-mini (a mixture of experts), from their hub config.json values, with seeded random weights made
-directly on the device in the run's dtype (no download, and no float32 copy on the host). Random weights make
-confidence-based reveal counts meaningless, so every mode runs the same fixed schedule, `steps_per_block` forwards
-per block of 32, and does the same NFE; only what a forward computes differs: `none` the whole canvas, `prefix`
-the block and what follows it against the cache, `dual` the block against the cache, `block` (block diffusion:
-the network attending block-causally, Fast-dLLM v2's decoding) the block against its exact cache of finished
-blocks.
+v2 7B, LLaDA2.0-mini (a mixture of experts), SDAR-8B and SDAR-4B (each model kind's `shapes`, from their hub
+config.json values), with seeded random weights made directly on the device in the run's dtype (no download, and no
+float32 copy on the host). Random weights make confidence-based reveal counts meaningless, so every mode runs the
+same fixed schedule, `steps_per_block` forwards per block of 32, and does the same NFE; only what a forward computes
+differs: `none` the whole canvas, `prefix` the block and what follows it against the cache, `dual` the block against
+the cache, `block` (block diffusion: the network attending block-causally, Fast-dLLM v2's decoding) the block against
+its exact cache of finished blocks. A block-causal network decodes in blocks no larger than it was trained in
+(`own_block`: SDAR's 4, its forwards per block cut in proportion).
+
+`VARIANTS` are decoders that run on another case's network: LLaDA2.1-mini is LLaDA2.0-mini's network with LLaDA2.1's
+decoder (`sampler=llada2_1`), whose forwards have LLaDA2.0's shapes but whose loop adds token edits (T2T) and a post
+step per full block, so its own case times that loop: `none` is its generate (each forward recomputing the window up
+to the block's end), `block` its cached form (`sampler=llada2_1_cached`), both at a fixed schedule. DiffusionGemma
+(mode `canvas`, transformers' network) is `benchmarks.llm_path_canvas`.
 
 Timing: each forward of the network is bracketed by CUDA events (on a CPU, by the clock: its kernels run
 synchronously), summed after the generation; the generation's wall clock includes everything else (the sampler's
@@ -29,19 +36,28 @@ from typing import Any
 
 import torch
 
-from benchmarks.llm_roofline import Forward, forward_seconds
+from benchmarks.llm_roofline import Forward, canvas_seconds, forward_seconds
 from benchmarks.roofline import Hardware
 from mdmkit.models.llm.diffusion_lm import DiffusionLM, DiffusionLMConfig
 from mdmkit.models.llm.registry import model_kinds
-from mdmkit.samplers import BlockDiffusionSampler, ForwardCounter, StepsSampler
+from mdmkit.samplers import (
+    BlockDiffusionSampler,
+    EditingSampler,
+    ForwardCounter,
+    Llada21Sampler,
+    M2TSampler,
+    StepsSampler,
+)
 from mdmkit.samplers.core.protocol import Sampler
 
-MODES = ("none", "prefix", "dual", "block")
+MODES = ("none", "prefix", "dual", "block", "canvas")  # canvas: a revisable-canvas network's only mode
 CACHES = ("prefix", "dual")  # the approximate caches, for bidirectional networks only
 
 # each model kind's real-size shapes (its record's `shapes`: the hub config.json values, max_positions covering
 # prompt 1024 + 256)
 PRESETS = {name: shape for kind in model_kinds() for name, shape in kind.shapes.items()}
+# decoders timed on another case's network: name -> (the preset whose network runs, the decoder)
+VARIANTS = {"llada2.1-mini": ("llada2-mini", "editing")}
 
 # dense bf16 tensor-core rate and HBM bandwidth from the vendors' data sheets (SXM parts)
 CARDS = {
@@ -95,7 +111,8 @@ def measured_card(device: torch.device, dtype: torch.dtype, name: str) -> Hardwa
 
 
 def scaled(config: DiffusionLMConfig, width: int, layers: int) -> DiffusionLMConfig:
-    """`config` at a width and depth a CPU can run: heads of the same size ratio, the real vocabulary."""
+    """`config` at a width and depth a CPU can run: fewer heads of the same size (a set `head_width`, wider than
+    d_model / n_heads as Qwen3-4B's, travels with them), the real vocabulary."""
     heads = max(1, config.n_heads * width // config.d_model)
     kv_heads = max(1, heads * config.n_kv_heads // config.n_heads)
     while heads % kv_heads:
@@ -106,9 +123,20 @@ def scaled(config: DiffusionLMConfig, width: int, layers: int) -> DiffusionLMCon
         moe = replace(moe, expert_hidden=max(1, moe.expert_hidden * width // config.d_model),
                       shared_hidden=moe.shared_hidden * width // config.d_model,
                       layers=tuple(layer for layer in moe.layers if layer < layers))
-    rotary = None if config.rotary_dim is None else max(2, config.rotary_dim * (d_model // heads) // config.head_dim)
+    head = config.head_dim if config.head_width is not None else d_model // heads
+    rotary = None if config.rotary_dim is None else max(2, config.rotary_dim * head // config.head_dim)
     return replace(config, d_model=d_model, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                    mlp_hidden=config.mlp_hidden * width // config.d_model, moe=moe, rotary_dim=rotary)
+
+
+def own_block(config: DiffusionLMConfig, block: int, steps_per_block: int) -> tuple[int, int]:
+    """The block and forwards per block a network decodes with: a block-causal network in blocks no larger than
+    those it was trained in (SDAR's 4 under a run's 32), its forwards per block cut in proportion (at least 2: a step
+    and block diffusion's committing forward), so that forwards per answer token stay the run's where they can."""
+    trained = config.attention_block
+    if trained is None or trained >= block:
+        return block, steps_per_block
+    return trained, max(2, steps_per_block * trained // block)
 
 
 def random_llm(config: DiffusionLMConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> DiffusionLM:
@@ -241,12 +269,14 @@ class Generation:
         return sum(f.seconds for f in self.forwards)
 
 
-def generate(network: DiffusionLM, tokens: torch.Tensor, sampler: Sampler, count_syncs: bool = True) -> Generation:
+def generate(network: Any, tokens: torch.Tensor, sampler: Sampler, count_syncs: bool = True,
+             clock_type: Callable[..., Any] = ForwardClock) -> Generation:
     """Fill `tokens` (moved to the network's device) with `sampler`, timed; host syncs counted if asked (the
-    counting wraps tensor methods, a small cost of its own: a timed run that matters leaves it off)."""
+    counting wraps tensor methods, a small cost of its own: a timed run that matters leaves it off). `clock_type`
+    times the network's passes (a canvas network's: `llm_path_canvas.CanvasClock`)."""
     device = next(network.parameters()).device
     syncs = SyncCounter()
-    clock = ForwardClock(network, syncs if count_syncs else None)
+    clock = clock_type(network, syncs if count_syncs else None)
     counter = ForwardCounter(clock, tokens.shape[0])  # type: ignore[arg-type]
     tokens = tokens.to(device)
     if device.type == "cuda":
@@ -262,16 +292,32 @@ def generate(network: DiffusionLM, tokens: torch.Tensor, sampler: Sampler, count
     return Generation(seconds, clock.forwards, float(counter.nfe.float().mean()), syncs.loop, syncs.network, peak)
 
 
-def roofline_seconds(forwards: list[Forward], config: DiffusionLMConfig, hardware: Hardware,
-                     element_bytes: int) -> float:
-    """The roofline time of these forwards on `hardware` (`benchmarks.llm_roofline`)."""
-    return sum(forward_seconds(config, forward, hardware, element_bytes) for forward in forwards)
+def roofline_seconds(forwards: list[Forward], config: Any, hardware: Hardware, element_bytes: int) -> float:
+    """The roofline time of these forwards on `hardware` (`benchmarks.llm_roofline`): of a `DiffusionLM` of
+    `config`, or of a DiffusionGemma network whose text config `config` is."""
+    if isinstance(config, DiffusionLMConfig):
+        return sum(forward_seconds(config, forward, hardware, element_bytes) for forward in forwards)
+    return sum(canvas_seconds(config, forward, hardware, element_bytes) for forward in forwards)
 
 
-def fixed_sampler(mode: str, steps_per_block: int, block: int) -> Sampler:
+def _editing(steps: int, block: int) -> EditingSampler:
+    """LLaDA2.1's rule at a fixed schedule: M2T reveals of exactly ceil(block / steps) a step (its tau at 1, which
+    no probability exceeds), T2T edits at the model card's Quality threshold (0.5), and one post step per full
+    block (a post step that edits nothing ends the block, so one is always taken whatever random weights edit)."""
+    reveal = M2TSampler(tau=1.0, num_to_transfer=-(-block // max(1, steps)))
+    return EditingSampler(base=reveal, threshold=0.5, post_steps=1)
+
+
+def fixed_sampler(mode: str, steps_per_block: int, block: int, decoder: str = "masked") -> Sampler:
     """`steps_per_block` forwards a block in every mode: the masked loop's fixed steps under `cache=mode`, or
     (`block`) block diffusion's `steps_per_block - 1` steps and the forward that commits the block to its exact
-    cache, when the prompt and the answer are whole blocks."""
+    cache, when the prompt and the answer are whole blocks. `decoder="editing"`: LLaDA2.1's decoder (`_editing`),
+    its post step and (`block`) commit included in the count."""
+    if decoder == "editing" and mode == "block":
+        rule = _editing(steps_per_block - 2, block)
+        return BlockDiffusionSampler(block_size=block, sub_block=block, rule=rule, commit_reveals=False)
+    if decoder == "editing":
+        return Llada21Sampler(block_size=block, rule=_editing(steps_per_block - 1, block))
     if mode == "block":
         rule = StepsSampler(steps=max(1, steps_per_block - 1))
         return BlockDiffusionSampler(block_size=block, sub_block=block, rule=rule)
@@ -283,7 +329,7 @@ def network_for(network: DiffusionLM, mode: str, block: int) -> DiffusionLM | No
     weights, as Fast-dLLM v2 attends), itself otherwise; None where the mode does not apply (the approximate caches
     on a block-causal network, which block diffusion caches exactly)."""
     causal = network.config.attention_block is not None
-    if mode in CACHES and causal:
+    if mode == "canvas" or (mode in CACHES and causal):
         return None
     if mode != "block" or causal:
         return network

@@ -56,6 +56,8 @@ def goal_lines(cases: list[dict[str, Any]], model: str, predict: str | None = No
         lines.append(f"- block-causal, so no approximate cache: block diffusion's exact cache gives **{ratio:.2f}x** "
                      f"the tokens/s of none at equal NFE (batch 1, prompt {prompt}"
                      f"{_bounds(by_mode['block'], by_mode['none'], predict)})")
+    if "canvas" in by_mode:
+        lines += _canvas_lines(by_mode["canvas"], prompt)
     dual = by_mode.get("dual") or by_mode.get("block")
     if dual is not None and dual.get("forward_over_roofline") is not None:
         over = dual["forward_over_roofline"]
@@ -66,6 +68,17 @@ def goal_lines(cases: list[dict[str, Any]], model: str, predict: str | None = No
         whole = 1 / (1 - dual["loop_share"])
         lines.append(f"- {GOALS[2]}: **{whole:.2f}x** ({'met' if whole <= 1.2 else 'not met'})")
     return lines
+
+
+def _canvas_lines(case: dict[str, Any], prompt: int) -> list[str]:
+    """A canvas network's batch-1 case: its decoder forwards and its encoder pass, each beside its roofline."""
+    over, encoder = case.get("forward_over_roofline"), case.get("encoder_roofline_ms")
+    lines = [f"- canvas decoder forwards (batch 1, prompt {prompt}): {case['ms_per_forward']:.2f} ms each"
+             + (f", **{over:.2f}x** their roofline" if over is not None else ""),
+             f"- the encoder's pass over the prompt (filling the cache): {case['encoder_ms']:.1f} ms"
+             + (f" (roofline {encoder:.2f} ms)" if encoder is not None else "")]
+    whole = 1 / (1 - case["loop_share"])
+    return lines + [f"- {GOALS[2]}: **{whole:.2f}x** ({'met' if whole <= 1.2 else 'not met'})"]
 
 
 def _header(record: dict[str, Any], figure_name: str) -> list[str]:
@@ -80,11 +93,14 @@ def _header(record: dict[str, Any], figure_name: str) -> list[str]:
     commit = str(record.get("git_commit", ""))[:12]
     return [f"# The LLM path at real size: {record['device']}", "",
             f"Made by `{record['command']}` on {record['date']} (commit {commit}).", "",
-            (f"Networks: {networks}, mdmkit's `DiffusionLM` with seeded random {setup['dtype']} weights made on the "
-             f"device. Every mode runs {setup['steps_per_block']} forwards per block of {setup['block']}: equal NFE "
-             f"({nfe} per row); `block` is block diffusion on the same weights attending block-causally. "
+            (f"Networks: {networks}, mdmkit's `DiffusionLM` (DiffusionGemma: transformers' network) with seeded "
+             f"random {setup['dtype']} weights made on the device. Every mode runs {setup['steps_per_block']} "
+             f"forwards per block of {setup['block']}: equal NFE ({nfe} per row) unless said below; `block` is block "
+             "diffusion on the same weights attending block-causally. "
              f"Roofline: {roofline}; each forward's time is max(bytes of weights, activations and KV read / "
              "bandwidth, FLOPs / peak rate), term by term (`benchmarks/llm_roofline.py`)."), "",
+            *[f"- {model}: {how}" for model, how in record.get("decoding", {}).items()],
+            *([""] if record.get("decoding") else []),
             f"![tokens/s and forward time against the roofline]({figure_name})", ""]
 
 
@@ -142,7 +158,7 @@ def llm_path_figure(cases: list[dict[str, Any]]) -> Any:
     series = sorted({(c["model"], c["prompt"]) for c in timed})
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
     for model, prompt in series:
-        for mode, style in (("none", ":"), ("prefix", "--"), ("dual", "-"), ("block", "-.")):
+        for mode, style in (("none", ":"), ("prefix", "--"), ("dual", "-"), ("block", "-."), ("canvas", "-")):
             points = sorted((c["batch"], c["tokens_per_s"], c["ms_per_forward"], c.get("roofline_ms_per_forward"))
                             for c in timed if (c["model"], c["prompt"], c["mode"]) == (model, prompt, mode))
             if not points:
@@ -150,7 +166,7 @@ def llm_path_figure(cases: list[dict[str, Any]]) -> Any:
             label = f"{model} p{prompt} {mode}"
             left.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=label)
             right.plot([p[0] for p in points], [p[2] for p in points], style, marker="o", label=label)
-            if all(p[3] is not None for p in points) and mode == "dual":
+            if all(p[3] is not None for p in points) and mode in ("dual", "canvas"):
                 right.plot([p[0] for p in points], [p[3] for p in points], style, color="grey", alpha=0.6,
                            label=f"{label} roofline")
     for axis, title in ((left, "tokens/s (equal NFE)"), (right, "ms per forward")):

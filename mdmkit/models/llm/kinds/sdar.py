@@ -90,7 +90,11 @@ KIND = register_kind(ModelKind(
     shapes={"sdar-8b": DiffusionLMConfig(  # JetLM/SDAR-8B-Chat (TraDo-8B-Instruct has its shape)
         vocab_size=151936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8, mlp_hidden=12288, mask_id=MASK_ID,
         rope_theta=1e6, rms_eps=1e-6, max_positions=4096, rope_fp32=False, pad_positions=True, qk_norm=True,
-        attention_block=BLOCK)},
+        attention_block=BLOCK),
+        "sdar-4b": DiffusionLMConfig(  # JetLM/SDAR-4B-Chat, Qwen3-4B's shape: heads of 128, not 2560 / 32
+            vocab_size=151936, d_model=2560, n_layers=36, n_heads=32, n_kv_heads=8, mlp_hidden=9728, mask_id=MASK_ID,
+            rope_theta=1e6, rms_eps=1e-6, max_positions=4096, rope_fp32=False, pad_positions=True, qk_norm=True,
+            head_width=128, attention_block=BLOCK)},
     example=ExampleModel(example_config, ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), "<|MASK|>", CHAT_TEMPLATE,
                          declare_mask=True),
 ))
