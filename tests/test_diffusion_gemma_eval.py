@@ -131,17 +131,16 @@ def test_the_tiny_sweep_expands_to_revisable_samplers() -> None:
     assert (rules.count(EBSampler), rules.count(ThresholdSampler), rules.count(TopKSampler)) == (20, 8, 8)
 
 
-
-def evaluate_code(name: str, model: Path, directory: Path) -> list[dict]:
+def evaluate_code(name: str, chat: bool, model: Path, directory: Path) -> list[dict]:
     """The generations `evaluate.py task=<name>` writes with the kind's sampler at CODE_STEPS steps a canvas."""
     from mdmkit.evaluation.evaluate import run_evaluation
     from mdmkit.evaluation.plan import plan_evaluation
 
     cfg = compose_config("evaluate", [
-        f"task={name}", f"task.data_dir={BENCHMARK_DATA}", f"task.max_gen_len={GEN}", f"ckpt={model}",
-        "hf.kind=diffusion_gemma", f"hf.max_length={MAX_LENGTH}", f"limit={DOCS}", f"batch_size={DOCS}", "device=cpu",
-        f"results_file={directory / 'rows.jsonl'}", "wandb.mode=disabled", "seed=0", "sampler=diffusion_gemma",
-        f"sampler.max_steps={CODE_STEPS}"])
+        f"task={name}", f"task.data_dir={BENCHMARK_DATA}", f"task.max_gen_len={GEN}", f"task.chat={chat}",
+        f"ckpt={model}", "hf.kind=diffusion_gemma", f"hf.max_length={MAX_LENGTH}", f"limit={DOCS}",
+        f"batch_size={DOCS}", "device=cpu", f"results_file={directory / 'rows.jsonl'}", "wandb.mode=disabled", "seed=0",
+        "sampler=diffusion_gemma", f"sampler.max_steps={CODE_STEPS}"])
     threads = torch.get_num_threads()
     (row,) = run_evaluation(plan_evaluation(cfg))
     torch.set_num_threads(threads)
@@ -149,15 +148,15 @@ def evaluate_code(name: str, model: Path, directory: Path) -> list[dict]:
     return generations(directory, row)
 
 
-@pytest.mark.parametrize("task", [HumanEvalTask, MBPPTask], ids=lambda task: task.name)
-def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[CodeTask], model_dir: Path,
+@pytest.mark.parametrize("task, chat", [(HumanEvalTask, True), (MBPPTask, False)], ids=["humaneval_chat", "mbpp"])
+def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[CodeTask], chat: bool, model_dir: Path,
                                                                       code_model: TextModel, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """HumanEval (0-shot) and MBPP (its 4 shots, their start cut to the positions): evaluate.py and mdmkit-lm-eval
-    give the same text, verdict (in the sandbox) and NFE, document by document, with the task's stop phrases and the
-    checkpoint's end ids. There, the generation config names a third end id, one that the first answer draws in its
-    first canvas (as if it were <end_of_turn>): both paths end that row with its first canvas and score the text
-    before it."""
+    """HumanEval in Gemma's chat template (`task.chat=true`; lm-eval's `--apply_chat_template`) and MBPP as text (its
+    4 shots; both prompts' starts cut to the positions): evaluate.py and mdmkit-lm-eval give the same text, verdict
+    (in the sandbox) and NFE, document by document, with the task's stop phrases and the checkpoint's end ids. There,
+    the generation config names a third end id, one that the first answer draws in its first canvas (as if it were
+    <end_of_turn>): both paths end that row with its first canvas and score the text before it."""
     from mdmkit import api
     from mdmkit.evaluation import generation
     from mdmkit.sandbox import ENV_VAR, ISOLATION_ENV
@@ -169,25 +168,29 @@ def test_the_code_tasks_give_one_answer_cut_at_the_network_s_end_ids(task: type[
     monkeypatch.setenv(ENV_VAR, "1")
     monkeypatch.setenv(ISOLATION_ENV, available())  # bwrap, else the fallback (also on GPU nodes)
     # the answers evaluate.py draws with the checkpoint as it is (the same batch, seed and positions), their ids kept
-    model = code_model
-    benchmark = task(data_dir=str(BENCHMARK_DATA), max_gen_len=GEN, limit=DOCS)
+    benchmark = task(data_dir=str(BENCHMARK_DATA), max_gen_len=GEN, limit=DOCS, chat=chat)
     drawn: list[list[int]] = []  # each row's settled answer ids, in row order
     settled = generation._settled
     with monkeypatch.context() as patch:
         patch.setattr(generation, "_settled", lambda *args: drawn.append(settled(*args)[0]) or settled(*args))
-        first = api.generate(model, benchmark.prompts(), api.kind_sampler("diffusion_gemma", max_steps=CODE_STEPS),
-                             GEN, benchmark.stop_phrases, batch_size=DOCS, seed=0, progress=False)
+        first = api.generate(code_model, benchmark.prompts(), api.kind_sampler("diffusion_gemma", max_steps=CODE_STEPS),
+                             GEN, benchmark.stop_phrases, batch_size=DOCS, seed=0, chat=chat, progress=False)
     ids = drawn[0]
     assert len(ids) == GEN and int(first.nfe[0]) == 2 * CODE_STEPS  # random weights: an answer that never ends
-    end = next(i for i in range(1, model.network.canvas.length) if ids[i] not in ids[:i])  # first met past the start
+    end = next(i for i in range(1, code_model.network.canvas.length) if ids[i] not in ids[:i])  # first met past 0
     checkpoint = shutil.copytree(model_dir, tmp_path / "model")
     config = json.loads((checkpoint / "generation_config.json").read_text())
     config["eos_token_id"] = [*config["eos_token_id"], ids[end]]
     (checkpoint / "generation_config.json").write_text(json.dumps(config))
 
-    ours = evaluate_code(benchmark.name, checkpoint, tmp_path)
+    ours = evaluate_code(benchmark.name, chat, checkpoint, tmp_path)
+    template = {"apply_chat_template": True, "fewshot_as_multiturn": False} if chat else {}
     samples = lm_eval_samples(monkeypatch, f"ckpt={checkpoint},kind=diffusion_gemma,max_length={MAX_LENGTH},"
-                              f"sampler=diffusion_gemma,max_steps={CODE_STEPS}", GEN, DOCS, DOCS, task=benchmark.name)
+                              f"sampler=diffusion_gemma,max_steps={CODE_STEPS}", GEN, DOCS, DOCS, task=benchmark.name,
+                              **template)
+    prompts = [code_model.chat([{"role": "user", "content": text}]) if chat else text for text in benchmark.prompts()]
+    assert [sample["arguments"][0][0] for sample in samples] == prompts  # in Gemma's template, or as text
+    assert prompts[0].startswith("<bos><start_of_turn>user\n") == chat
     assert_one_answer(samples, ours)
-    assert ours[0]["generation"] == model.decode(ids[:end]) and ours[0]["nfe"] == CODE_STEPS  # ended at the id
+    assert ours[0]["generation"] == code_model.decode(ids[:end]) and ours[0]["nfe"] == CODE_STEPS  # ended at the id
     assert not any(doc["correct"] for doc in ours)  # a random model passes no test

@@ -86,11 +86,16 @@ class TextModel:
         # special tokens stay: stop phrases such as "<|endoftext|>" are special tokens
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    def chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """`messages` in the tokenizer's chat template, as text (evaluate.py's `task.chat=true`: one user message; the
+        lm-eval model's `--apply_chat_template`)."""
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt))
+
     def encode_prompt(self, prompt: str, chat: bool, gen_length: int) -> tuple[list[int], bool]:
         """The prompt's ids, and whether its start was cut to leave room for `gen_length` answer tokens."""
         if chat:
-            prompt = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                        add_generation_prompt=True)
+            prompt = self.chat([{"role": "user", "content": prompt}])
         ids = list(self.tokenizer(prompt)["input_ids"])
         closing = {self.tokenizer.sep_token_id, self.tokenizer.eos_token_id} - {None}
         if ids and ids[-1] in closing:  # BERT-style tokenizers close the text; generation continues it

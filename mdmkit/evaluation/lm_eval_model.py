@@ -219,6 +219,22 @@ class MdmkitLM(LM):
         return {"mdmkit": {"sampler": self.sampler_config, "world_size": self.world_size,
                            "nfe": summarize(records)}}
 
+    # -- chat (--apply_chat_template) ----------------------------------------------------------
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The prompt in the tokenizer's chat template, as evaluate.py's `task.chat=true` makes it (there the shots
+        share the question's user message: `--fewshot_as_multiturn false`)."""
+        return self.model.chat(chat_history, add_generation_prompt)
+
+    @property
+    def tokenizer_name(self) -> str:
+        """What lm-eval keys chat-templated requests by (its cache), and records."""
+        return str(getattr(self.model.tokenizer, "name_or_path", "")).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The template lm-eval records in its results' config."""
+        template = getattr(self.model.tokenizer, "chat_template", None)
+        return template if chat_template and isinstance(template, str) else None
+
     # -- data parallel (lm-eval's collectives) -------------------------------------------------
     @property
     def device(self) -> torch.device:
