@@ -113,7 +113,8 @@ def llm_path_markdown(record: dict[str, Any], cases: list[dict[str, Any]], rules
     if predict:
         lines += [(f"The last column is what the roofline allows the same forwards at the network's real size in bf16 "
                    f"on the {predict} ({setup['answer']} answer tokens x batch / the forwards' roofline time)."), ""]
-    for model in record["parameters"]:
+    made = list(record["parameters"])  # then any model that could not be made here (its error row)
+    for model in made + [m for m in dict.fromkeys(c["model"] for c in cases) if m not in made]:
         lines += [f"## {model}", "", "Goals:", *goal_lines(cases, model, predict), ""]
         for prompt in sorted({c["prompt"] for c in cases if c["model"] == model}):
             rows = [c for c in cases if c["model"] == model and c["prompt"] == prompt]
