@@ -3,12 +3,20 @@ the masks drawn from the generator in the order each estimator's docstring state
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from fakes import random_transformer
 
 from mdmkit.core.errors import ConfigError
-from mdmkit.objectives.rl import CoupledEstimator, LikelihoodEstimator, MonteCarloELBO, OneStepEstimator
+from mdmkit.objectives.rl import (
+    CoupledEstimator,
+    LikelihoodEstimator,
+    MonteCarloELBO,
+    OneStepEstimator,
+    SandwichEstimator,
+)
 
 MASK, LENGTH = 3, 5
 
@@ -89,6 +97,46 @@ def test_the_elbo_without_antithetic_draws_each_time_on_its_own() -> None:
         assert torch.allclose(got[b], torch.where(masked, scores / t[b], 0.0), atol=1e-5)
 
 
+def test_spg_bounds_under_block_wise_masks() -> None:
+    """Blocks of 2 over each row's completion positions (in order); per sample a block picked, part of it masked
+    (the `count` smallest draws), the later blocks whole, other positions at p_mask. The row with a positive
+    advantage gets the lower bound, the others half the upper (Renyi, beta = 1.5) and half the lower."""
+    network, tokens, completion = _case()
+    estimator = SandwichEstimator(samples=3, block_length=2, t_min=0.2, t_max=1.0, p_mask=0.3, beta=1.5, mix=0.5)
+    advantages = torch.tensor([1.0, -1.0, 0.0])
+    got = estimator(network, tokens, completion, MASK, torch.Generator().manual_seed(4), advantages)
+    generator = torch.Generator().manual_seed(4)
+    pick, size = torch.rand(3, 3, generator=generator), torch.rand(3, 3, generator=generator)
+    order, prompt = torch.rand(3, 3, LENGTH, generator=generator), torch.rand(3, 3, LENGTH, generator=generator)
+    picked, hidden_prompt = set(), 0
+    for b in range(len(tokens)):
+        positions = [k for k in range(LENGTH) if completion[b, k]]
+        blocks = [positions[i:i + 2] for i in range(0, len(positions), 2)]
+        lower, powered = [0.0] * LENGTH, [0.0] * LENGTH
+        for j in range(3):
+            chosen = int(pick[j, b] * len(blocks))
+            block, later = blocks[chosen], [k for rest in blocks[chosen + 1:] for k in rest]
+            low = max(1, math.floor(len(block) * 0.2))
+            count = low + int(size[j, b] * (max(low, len(block)) - low + 1))
+            hidden = sorted(block, key=lambda k: order[j, b, k].item())[:count] + later
+            others = [k for k in range(LENGTH) if k not in positions and prompt[j, b, k] < 0.3]
+            scores = _log_probs(network, [MASK if k in hidden or k in others else int(tokens[b, k])
+                                          for k in range(LENGTH)], tokens[b])
+            for k in hidden:
+                lower[k] += scores[k].item() * len(positions) / len(hidden) / 3
+                powered[k] += math.exp(1.5 * scores[k].item()) * len(positions) / len(hidden) / 3
+            picked.add((len(blocks), chosen))
+            hidden_prompt += len(others)
+        seen = [k for k in range(LENGTH) if powered[k] > 0]
+        upper = [math.log(powered[k]) / 1.5 * len(positions) / len(seen) if k in seen else 0.0 for k in range(LENGTH)]
+        want = lower if advantages[b] > 0 else [0.5 * u + 0.5 * v for u, v in zip(upper, lower)]
+        assert got[b].tolist() == pytest.approx(want, abs=1e-4)
+    assert {chosen for _, chosen in picked} == {0, 1} and hidden_prompt > 0  # both blocks and the prompt exercised
+    assert estimator.forwards == 3
+    with pytest.raises(ConfigError, match="pass advantages"):
+        estimator(network, tokens, completion, MASK, None)
+
+
 @pytest.mark.parametrize("estimator", [OneStepEstimator(), CoupledEstimator(), MonteCarloELBO()],
                          ids=["one_step", "coupled", "elbo"])
 def test_one_generator_state_gives_one_estimate_and_its_gradient_reaches_the_network(
@@ -119,3 +167,5 @@ def test_bad_settings_are_one_line() -> None:
         OneStepEstimator(p_mask=1.0)
     with pytest.raises(ConfigError, match="t_min=0.9, t_max=0.1"):
         CoupledEstimator(t_min=0.9, t_max=0.1)
+    with pytest.raises(ConfigError, match="mix=2"):
+        SandwichEstimator(mix=2.0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mdmkit.core.errors import ConfigError
-from mdmkit.objectives.rl import GRPOLoss, WD1Loss, group_advantages
+from mdmkit.objectives.rl import GRPOLoss, SPGLoss, WD1Loss, group_advantages
 
 
 def _policy(theta: torch.Tensor, rollouts: torch.Tensor) -> torch.Tensor:
@@ -123,8 +123,30 @@ def test_wd1_without_the_negative_term_and_on_a_group_scoring_alike() -> None:
     assert loss.item() == pytest.approx(-(w * math.log(0.5)).sum().item(), rel=1e-6)
 
 
+def test_spg_weighs_each_rollouts_bound_by_its_advantage_over_the_completion_tokens() -> None:
+    """Loss = -sum_i A_i sum_k est_ik / sum_i |o_i|: no ratio, no group softmax; a position outside the completion
+    neither counts nor gets a gradient."""
+    theta = torch.zeros(2, 2, requires_grad=True)
+    rollouts = torch.tensor([[0, 0], [1, 0], [1, 1], [0, 1]])
+    completion = torch.tensor([[True, True], [True, False], [True, True], [False, True]])
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    logp = _policy(theta, rollouts)
+    loss, _ = SPGLoss()(logp, advantages, completion, 2)
+    log_half = math.log(0.5)
+    assert loss.item() == pytest.approx(-(1.0 * 2 - 1.0 * 1 + 0.5 * 2 - 0.5 * 1) * log_half / 6, rel=1e-6)
+    loss.backward()
+    expected = torch.zeros(2, 2)
+    for i, advantage in enumerate(advantages):
+        for k in range(2):
+            if completion[i, k]:
+                expected[k] -= advantage * (torch.eye(2)[int(rollouts[i, k])] - 0.5) / 6
+    assert torch.allclose(theta.grad, expected, atol=1e-6)
+
+
 def test_bad_loss_settings_are_one_line() -> None:
     with pytest.raises(ConfigError, match="clip=1.5"):
         GRPOLoss(clip=1.5)
     with pytest.raises(ConfigError, match="beta=-1"):
         WD1Loss(beta=-1.0)
+    with pytest.raises(ConfigError, match="SPG has no KL term"):
+        SPGLoss(beta=0.04)

@@ -12,7 +12,15 @@ import pytest
 import torch
 from fakes import random_transformer
 
-from mdmkit.objectives.rl import CoupledEstimator, GRPOLoss, MonteCarloELBO, OneStepEstimator, WD1Loss
+from mdmkit.objectives.rl import (
+    CoupledEstimator,
+    GRPOLoss,
+    MonteCarloELBO,
+    OneStepEstimator,
+    SandwichEstimator,
+    SPGLoss,
+    WD1Loss,
+)
 from mdmkit.samplers import ThresholdSampler, TopKSampler
 from mdmkit.training.rl.config import RLConfig
 from mdmkit.training.rl.rewards import Reward, Task
@@ -68,7 +76,8 @@ def train(settings: RLConfig, steps: int = 100, lr: float = 0.03) -> list[float]
     (CoupledEstimator(), GRPOLoss(beta=0.0), 1),
     (MonteCarloELBO(), GRPOLoss(beta=0.0), 1),
     (OneStepEstimator(), WD1Loss(), 1),
-], ids=["d1", "d1_two_inner_updates", "coupled", "elbo", "wd1"])
+    pytest.param(SandwichEstimator(), SPGLoss(), 1, marks=pytest.mark.slow),
+], ids=["d1", "d1_two_inner_updates", "coupled", "elbo", "wd1", "spg"])
 def test_the_rewarded_token_passes_probability_0_9_within_100_steps(estimator: object, loss: object,
                                                                      inner: int) -> None:
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY, compose_config, run_cli
 
 from mdmkit.core.errors import ConfigError
-from mdmkit.objectives.rl import CoupledEstimator, GRPOLoss, WD1Loss
+from mdmkit.objectives.rl import CoupledEstimator, GRPOLoss, SandwichEstimator, SPGLoss, WD1Loss
 from mdmkit.samplers import ThresholdSampler
 from mdmkit.training.preflight import RLParts, plan_training
 
@@ -34,6 +34,9 @@ def test_each_rl_experiment_plans_an_rl_run_from_its_checkpoint(tmp_path: Path) 
     coupled = _plan(tmp_path, "rl=coupled").parts
     assert isinstance(coupled, RLParts) and isinstance(coupled.rl.estimator, CoupledEstimator)
     assert isinstance(coupled.rl.loss, GRPOLoss)
+    spg = _plan(tmp_path, "rl=spg").parts
+    assert isinstance(spg, RLParts) and isinstance(spg.rl.estimator, SandwichEstimator)
+    assert isinstance(spg.rl.loss, SPGLoss) and not spg.rl.scale_advantages and not spg.rl.keeps_reference
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -28,7 +28,9 @@ def token_log_probs(network: Network, noisy: torch.Tensor, tokens: torch.Tensor)
 
 @dataclass
 class LikelihoodEstimator(Validated):
-    """Base of the estimators: `__call__(network, tokens, completion, mask_id, generator)` -> [B, L]."""
+    """Base of the estimators: `__call__(network, tokens, completion, mask_id, generator, advantages)` -> [B, L].
+    `advantages` [B]: the rollouts', for an estimator that scores the rollouts to raise and those to lower
+    differently (SPG's sandwich, sandwich.py); the others ignore them."""
 
     @property
     def forwards(self) -> int:
@@ -36,7 +38,7 @@ class LikelihoodEstimator(Validated):
         return 1
 
     def __call__(self, network: Network, tokens: torch.Tensor, completion: torch.Tensor, mask_id: int,
-                 generator: torch.Generator | None) -> torch.Tensor:
+                 generator: torch.Generator | None, advantages: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -54,7 +56,7 @@ class OneStepEstimator(LikelihoodEstimator):
         require(0.0 <= self.p_mask < 1.0, f"p_mask={self.p_mask} must lie in [0, 1)")
 
     def __call__(self, network: Network, tokens: torch.Tensor, completion: torch.Tensor, mask_id: int,
-                 generator: torch.Generator | None) -> torch.Tensor:
+                 generator: torch.Generator | None, advantages: torch.Tensor | None = None) -> torch.Tensor:
         draws = torch.rand(tokens.shape, generator=generator, device=tokens.device)
         masked = completion | (draws < self.p_mask)
         return token_log_probs(network, torch.where(masked, mask_id, tokens), tokens) * completion
@@ -81,7 +83,7 @@ class CoupledEstimator(LikelihoodEstimator):
         return 2
 
     def __call__(self, network: Network, tokens: torch.Tensor, completion: torch.Tensor, mask_id: int,
-                 generator: torch.Generator | None) -> torch.Tensor:
+                 generator: torch.Generator | None, advantages: torch.Tensor | None = None) -> torch.Tensor:
         rows = tokens.shape[0]
         t = self.t_min + (self.t_max - self.t_min) * torch.rand(rows, generator=generator, device=tokens.device)
         first = completion & (torch.rand(tokens.shape, generator=generator, device=tokens.device) < t[:, None])
@@ -116,7 +118,7 @@ class MonteCarloELBO(LikelihoodEstimator):
         return self.samples
 
     def __call__(self, network: Network, tokens: torch.Tensor, completion: torch.Tensor, mask_id: int,
-                 generator: torch.Generator | None) -> torch.Tensor:
+                 generator: torch.Generator | None, advantages: torch.Tensor | None = None) -> torch.Tensor:
         rows, k = tokens.shape[0], self.samples
         if self.antithetic:
             u = torch.rand(rows, k // 2, generator=generator, device=tokens.device)

@@ -103,7 +103,7 @@ def prepare(network: Network, reference: Network | None, settings: RLConfig, tas
     def estimates(scorer: Network) -> list[torch.Tensor]:
         with evaluating(scorer):  # the old and reference policies without dropout's noise
             return [settings.estimator(with_attention(scorer, rollouts.attention), rollouts.tokens,
-                                       rollouts.completion, rollouts.mask_id, seeded_generator(s, device))
+                                       rollouts.completion, rollouts.mask_id, seeded_generator(s, device), advantages)
                     for s in seeds]
 
     old = estimates(network) if settings.inner_updates > 1 else None
@@ -118,7 +118,7 @@ def inner_loss(network: Network, settings: RLConfig, experience: Experience, inn
     device = rollouts.tokens.device
     scorer = with_attention(network, rollouts.attention)
     logp = settings.estimator(scorer, rollouts.tokens, rollouts.completion, mask_id,
-                              seeded_generator(experience.mask_seeds[inner], device))
+                              seeded_generator(experience.mask_seeds[inner], device), experience.advantages)
     old = experience.old[inner] if experience.old is not None else None
     ref = experience.ref[inner] if experience.ref is not None else None
     return settings.loss(logp, experience.advantages.to(logp.dtype), rollouts.completion, settings.group_size,
