@@ -176,8 +176,9 @@ def llm_path_figure(cases: list[dict[str, Any]]) -> Any:
         axis.set_xlabel("batch")
         axis.set_title(title)
         axis.grid(alpha=0.3)
-    left.legend(fontsize=6)
-    right.legend(fontsize=6)
+    if timed:
+        left.legend(fontsize=6)
+        right.legend(fontsize=6)
     figure.tight_layout()
     return figure
 

@@ -7,8 +7,10 @@ import json
 import pytest
 import torch
 
-from benchmarks import bench_llm_path
-from benchmarks.llm_path import PRESETS, SyncCounter, measured_card, random_llm, scaled
+from benchmarks import bench_llm_path, llm_path_canvas
+from benchmarks.llm_path import CARDS, PRESETS, SyncCounter, measured_card, own_block, random_llm, scaled
+from benchmarks.llm_roofline import _moe_seconds
+from benchmarks.roofline import Hardware
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,6 +37,27 @@ def test_scaled_presets_keep_the_vocabulary_and_the_head_ratio():
     network = random_llm(scaled(PRESETS["llada-8b"], 64, 1), torch.device("cpu"), torch.bfloat16)
     assert {p.dtype for p in network.parameters()} == {torch.bfloat16}
     assert all(bool((p == 1).all()) for n, p in network.named_parameters() if n.endswith("norm.weight"))
+    sdar = scaled(PRESETS["sdar-4b"], 512, 2)  # Qwen3-4B's heads of 128, wider than 2560 / 32: kept
+    assert (sdar.head_dim, sdar.head_width, PRESETS["sdar-4b"].d_model // PRESETS["sdar-4b"].n_heads) == (128, 128, 80)
+    assert random_llm(scaled(PRESETS["sdar-4b"], 64, 1), torch.device("cpu"), torch.float32).blocks[0].attn.q.weight \
+        .shape == (128, 64)
+
+
+def test_block_causal_networks_decode_in_blocks_no_larger_than_they_were_trained_in():
+    assert own_block(PRESETS["sdar-8b"], 32, 8) == (4, 2)  # SDAR's 4: a quarter of the forwards per block
+    assert own_block(PRESETS["sdar-4b"], 8, 16) == (4, 8)
+    assert own_block(PRESETS["sdar-4b"], 32, 4) == (4, 2)  # at least a step and the committing forward
+    assert own_block(PRESETS["llada2-mini"], 32, 8) == own_block(PRESETS["llada-8b"], 32, 8) == (32, 8)
+    assert own_block(PRESETS["llada2-mini"], 8, 2) == (8, 2)  # smaller than trained in: the run's
+
+
+def test_the_canvas_roofline_reads_the_experts_its_tokens_touch():
+    bandwidth = Hardware("memory bound", 1e30, 1e30, 1e12)
+    d, hidden = 2816, 704
+    one = _moe_seconds(1, d, 128, 8, hidden, bandwidth, 2)  # one token: its 8 experts' 3 matrices, in and out
+    assert one == (3 * d * 8 * hidden + 2 * d) * 2 / 1e12
+    many = _moe_seconds(4096, d, 128, 8, hidden, bandwidth, 2)  # thousands of tokens: every expert
+    assert abs(many - (3 * d * 128 * hidden + 2 * 4096 * d) * 2 / 1e12) < 1e-12
 
 
 def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_path):
@@ -70,6 +93,52 @@ def test_a_cpu_run_writes_a_page_whose_rows_have_equal_nfe_across_caches(tmp_pat
     before = page
     bench_llm_path.main(["--page-only", "--out", str(out)])
     assert out.with_suffix(".md").read_text() == before
+
+
+def test_diffusion_gemma_at_the_hub_values_has_the_model_cards_parameters():
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    with torch.device("meta"):
+        model = DiffusionGemmaForBlockDiffusion(llm_path_canvas.gemma_config())
+    total, active = llm_path_canvas.text_parameters(type("Network", (), {"model": model})())
+    assert 25.2e9 < total < 25.3e9 and 3.8e9 < active < 3.9e9  # its card: 25.2B parameters, 3.8B active
+
+
+def test_the_new_families_run_their_own_decoding_at_a_fixed_schedule(tmp_path):
+    out = tmp_path / "llm_path"
+    bench_llm_path.main(["--models", "llada2.1-mini", "sdar-4b", llm_path_canvas.NAME, "--scale", "64,1",
+                         "--prompts", "24", "--answer", "16", "--block", "8", "--steps-per-block", "3",
+                         "--canvas-steps", "2", "--batches", "1", "--repeats", "1", "--rules", "--card", "H100",
+                         "--predict", "H200", "--out", str(out)])
+    rows = {(r["model"], r["mode"]): r for r in map(json.loads, out.with_suffix(".jsonl").read_text().splitlines())}
+    assert sorted(rows) == [("diffusiongemma-26b-a4b", "canvas"), ("llada2.1-mini", "block"),
+                            ("llada2.1-mini", "none"), ("sdar-4b", "block"), ("sdar-4b", "none")]
+    # LLaDA2.1: 2 blocks x (1 M2T step with edits + its post step + block's committing forward; none: 2 steps + post)
+    assert rows["llada2.1-mini", "none"]["nfe_per_row"] == rows["llada2.1-mini", "block"]["nfe_per_row"] == 6.0
+    assert rows["sdar-4b", "none"]["nfe_per_row"] == rows["sdar-4b", "block"]["nfe_per_row"] == 8.0  # 4 blocks of 4
+    gemma = rows["diffusiongemma-26b-a4b", "canvas"]  # one canvas of 16: 2 decoder forwards, one encoder pass
+    assert (gemma["nfe_per_row"], gemma["forwards"], gemma["encoder_passes"]) == (2.0, 2, 1)
+    assert gemma["encoder_roofline_ms"] > 0 and gemma["roofline_ms_per_forward"] > 0
+    # at the real size on an H200 a decoder forward reads at least the 2.4B parameters outside the experts
+    assert gemma["predicted_ms_per_forward"] > 2.4e9 * 2 / CARDS["H200"].memory_bandwidth * 1e3
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["decoding"]["sdar-4b"] == "blocks of 4, 2 forwards a block"
+    assert set(record["decoding"]) == {"llada2.1-mini", "sdar-4b", llm_path_canvas.NAME}
+    page = out.with_suffix(".md").read_text()
+    assert "## diffusiongemma-26b-a4b" in page and "the encoder's pass over the prompt" in page
+
+
+def test_a_model_this_python_cannot_make_leaves_one_error_row(tmp_path, monkeypatch):
+    def missing(*args: object, **kwargs: object) -> None:
+        raise ImportError("cannot import name 'DiffusionGemmaForBlockDiffusion'")
+
+    monkeypatch.setattr(llm_path_canvas, "random_gemma", missing)
+    out = tmp_path / "llm_path"
+    bench_llm_path.main(["--models", llm_path_canvas.NAME, "--scale", "64,1", "--prompts", "24", "--answer", "16",
+                         "--block", "8", "--batches", "1", "2", "--rules", "--card", "H100", "--out", str(out)])
+    [row] = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert row["mode"] == "canvas" and row["error"].startswith("cannot be made here: cannot import name")
+    assert "## diffusiongemma-26b-a4b" in out.with_suffix(".md").read_text()
 
 
 def test_a_device_without_a_data_sheet_gets_its_roofline_measured():

@@ -30,3 +30,11 @@ def test_one_call_brings_back_the_page_and_its_rows(tmp_path: Path) -> None:
     assert [r["mode"] for r in rows if "mode" in r] == ["none", "prefix", "dual", "block"]
     assert [r["rule"] for r in rows if "rule" in r] == ["steps"]
     assert "--budget-s 420" in json.loads((out / "llm_path_gpu.json").read_text())["command"]
+
+
+def test_the_call_covers_every_model_of_the_benchmark_llada_and_dream_first() -> None:
+    from benchmarks.bench_llm_path import MODELS
+
+    [line] = [line for line in SCRIPT.read_text().splitlines() if line.startswith("MODELS=")]
+    order = line.split(":-", 1)[1].rstrip("}").split()
+    assert sorted(order) == sorted(MODELS) and order[:2] == ["llada-8b", "dream-7b"]
