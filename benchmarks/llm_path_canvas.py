@@ -160,10 +160,17 @@ class CanvasClock:
         self._events.clear()
 
 
+def text_only(tokens: torch.Tensor, config: Any) -> torch.Tensor:
+    """`tokens` with the image ids of `config` (a `DiffusionGemmaConfig`) replaced by 0: the network refuses a
+    prompt that holds one, and random prompts of thousands of tokens from its vocabulary often would."""
+    ids = [i for i in (config.image_token_id, config.boi_token_id, config.eoi_token_id) if i is not None]
+    return torch.where(torch.isin(tokens, torch.tensor(ids, dtype=tokens.dtype)), 0, tokens)
+
+
 def generate_canvas(network: Any, prompt: int, answer: int, batch: int, steps: int,
                     count_syncs: bool = True) -> Generation:
     """One timed generation of `answer` tokens after `prompt` random ones, `batch` rows, `steps` forwards a canvas."""
-    tokens = canvas(prompt, answer, batch, network.vocab_size, network.mask_id)
+    tokens = text_only(canvas(prompt, answer, batch, network.vocab_size, network.mask_id), network.model.config)
     return generate(network, tokens, fixed_canvas_sampler(steps), count_syncs, clock_type=CanvasClock)
 
 

@@ -102,6 +102,9 @@ def test_diffusion_gemma_at_the_hub_values_has_the_model_cards_parameters():
         model = DiffusionGemmaForBlockDiffusion(llm_path_canvas.gemma_config())
     total, active = llm_path_canvas.text_parameters(type("Network", (), {"model": model})())
     assert 25.2e9 < total < 25.3e9 and 3.8e9 < active < 3.9e9  # its card: 25.2B parameters, 3.8B active
+    config = llm_path_canvas.gemma_config()  # a random prompt never holds an image id (the network refuses those)
+    ids = torch.tensor([[5, config.image_token_id, config.boi_token_id, config.eoi_token_id, 262144, 7]])
+    assert llm_path_canvas.text_only(ids, config).tolist() == [[5, 0, 0, 0, 262144, 7]]
 
 
 def test_the_new_families_run_their_own_decoding_at_a_fixed_schedule(tmp_path):
