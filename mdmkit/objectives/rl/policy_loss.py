@@ -8,6 +8,7 @@ and the reference policy's estimates under the same masks (detached). It returns
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -33,6 +34,8 @@ class PolicyLoss(Validated):
     """Base: `beta` weighs the KL to the frozen reference model (0: no reference model is kept at all)."""
 
     beta: float = 0.0
+    # whether it compares with the policy that rolled out (a ratio): only then are `old_logp` estimated
+    uses_old_policy: ClassVar[bool] = False
 
     def validate(self) -> None:
         require(self.beta >= 0.0, f"beta={self.beta} must be >= 0")
@@ -61,6 +64,7 @@ class GRPOLoss(PolicyLoss):
 
     beta: float = 0.04
     clip: float = 0.2
+    uses_old_policy: ClassVar[bool] = True
 
     def validate(self) -> None:
         super().validate()

@@ -22,7 +22,8 @@ from mdmkit.training.rl.rollout import Rollouts, evaluating, roll_out, with_atte
 @dataclass
 class Experience:
     """What the inner updates of one step train on. `old[i]` / `ref[i]`: the rolling-out policy's and the
-    reference's estimates under inner update i's mask (None: one inner update, or no reference)."""
+    reference's estimates under inner update i's mask (None: one inner update or a loss without a ratio, or no
+    reference)."""
 
     rollouts: Rollouts
     rewards: RewardResult
@@ -106,7 +107,7 @@ def prepare(network: Network, reference: Network | None, settings: RLConfig, tas
                                        rollouts.completion, rollouts.mask_id, seeded_generator(s, device), advantages)
                     for s in seeds]
 
-    old = estimates(network) if settings.inner_updates > 1 else None
+    old = estimates(network) if settings.inner_updates > 1 and settings.loss.uses_old_policy else None
     ref = estimates(reference) if reference is not None and settings.keeps_reference else None
     return Experience(rollouts, rewards, advantages, seeds, old, ref)
 
