@@ -352,3 +352,29 @@ def test_a_malformed_benchmark_file_stops_in_one_line_before_the_model_loads(tmp
     with pytest.raises(DataFormatError, match=message) as error:
         run_evaluation(plan_evaluation(cfg), tmp_path)
     assert "gsm8k_test.jsonl" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_chat_template_that_writes_its_bos_gets_no_second_one_from_the_tokenizer():
+    """Gemma's tokenizer adds <bos> and its template writes one too: the chat prompt starts with exactly one (as
+    transformers' own apply_chat_template(tokenize=True) makes it), from evaluate.py's task.chat and from lm-eval's
+    templated text alike; a plain prompt keeps the one the tokenizer adds."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from mdmkit.evaluation.generation import TextModel
+
+    vocab = {token: i for i, token in enumerate(["<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>",
+                                                 "user", "model", "hi", "\n"])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"<[a-z_]+>|\n| "), behavior="isolated")
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    template = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>"
+                "\n{% endfor %}<start_of_turn>model\n")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>",
+                                        pad_token="<pad>", chat_template=template)
+    model = TextModel(torch.nn.Identity(), tokenizer)
+    chat, _ = model.encode_prompt("hi", True, 4)
+    assert chat[:2] == [1, 3] and chat.count(1) == 1, chat
+    templated = model.chat([{"role": "user", "content": "hi"}])  # what lm-eval's --apply_chat_template passes
+    assert model.encode_prompt(templated, False, 4)[0] == chat
+    assert model.encode_prompt("hi", False, 4)[0] == [1, 7]

@@ -96,7 +96,11 @@ class TextModel:
         """The prompt's ids, and whether its start was cut to leave room for `gen_length` answer tokens."""
         if chat:
             prompt = self.chat([{"role": "user", "content": prompt}])
-        ids = list(self.tokenizer(prompt)["input_ids"])
+        # a text that starts with the tokenizer's <bos> (a chat template writes it: Gemma's, here or through
+        # lm-eval's --apply_chat_template) gets no second one from the tokenizer
+        bos = self.tokenizer.bos_token
+        special = not (isinstance(bos, str) and bos and prompt.startswith(bos))
+        ids = list(self.tokenizer(prompt, add_special_tokens=special)["input_ids"])
         closing = {self.tokenizer.sep_token_id, self.tokenizer.eos_token_id} - {None}
         if ids and ids[-1] in closing:  # BERT-style tokenizers close the text; generation continues it
             ids = ids[:-1]
