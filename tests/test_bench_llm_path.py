@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -41,6 +42,19 @@ def test_scaled_presets_keep_the_vocabulary_and_the_head_ratio():
     assert (sdar.head_dim, sdar.head_width, PRESETS["sdar-4b"].d_model // PRESETS["sdar-4b"].n_heads) == (128, 128, 80)
     assert random_llm(scaled(PRESETS["sdar-4b"], 64, 1), torch.device("cpu"), torch.float32).blocks[0].attn.q.weight \
         .shape == (128, 64)
+
+
+@pytest.mark.parametrize(("name", "width", "hidden"), [("sdar-4b", 2560, 9728), ("sdar-8b", 4096, 12288)])
+def test_sdar_shapes_are_what_the_kind_reads_from_their_config(tmp_path, name, width, hidden):
+    from mdmkit.models.llm.checkpoints import read_config
+
+    config = {"model_type": "sdar", "vocab_size": 151936, "hidden_size": width, "num_hidden_layers": 36,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": hidden,
+              "rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "block_size": 4,
+              "mask_token_id": 151669, "max_position_embeddings": 40960, "hidden_act": "silu"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    read = read_config(tmp_path, "sdar")  # the preset's positions cover prompt 1024 + 256 only
+    assert replace(read, max_positions=PRESETS[name].max_positions) == PRESETS[name]
 
 
 def test_block_causal_networks_decode_in_blocks_no_larger_than_they_were_trained_in():
