@@ -8,10 +8,11 @@ every expert some token of the forward is sent to: with uniform routing, E (1 - 
 tokens, so a batch-1 step reads few experts and a large batch reads them all.
 
 `canvas_seconds` is the same count for DiffusionGemma's two passes (transformers' network, a Gemma-4 text stack):
-sliding layers of `head_dim` wide heads reading at most `sliding_window` keys, full layers of `global_head_dim` wide
-heads whose keys are their values (no value projection), in every layer a dense gated MLP beside a routed one
-(`num_experts`, `top_k_experts`); the decoder adds its self-conditioning (the previous step's probabilities times
-the embedding, then a gated MLP) and the tied output layer over the whole canvas, the encoder neither.
+sliding layers of `head_dim` wide heads reading at most `sliding_window` keys of the cache, full layers of
+`global_head_dim` wide heads whose keys are their values (no value projection), in every layer a dense gated MLP
+beside a routed one (`num_experts`, `top_k_experts`); the decoder adds its self-conditioning (the previous step's
+probabilities times the embedding, then a gated MLP) and the tied output layer over the whole canvas, the encoder
+neither.
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ def canvas_seconds(text: Any, forward: Forward, hardware: Hardware, element_byte
         kv = text.per_layer_config[layer].num_key_value_heads
         layer_shape = ModelShape(name="", hidden_dim=d, ffn_dim=1, num_heads=heads, head_dim=width, num_kv_heads=kv,
                                  weight_bytes=element_bytes, activation_bytes=element_bytes, kv_bytes=element_bytes)
-        keys = min(forward.keys, text.sliding_window) if sliding else forward.keys
+        keys = forward.keys
+        if sliding:  # the encoder's causal window; the decoder's canvas over the window of cache it keeps
+            keys = min(keys, text.sliding_window) if forward.encoder else \
+                min(keys - forward.tokens, text.sliding_window) + forward.tokens
         projections = [(d, heads * width), (d, kv * width), (heads * width, d)] + ([(d, kv * width)] if sliding else [])
         total += sum(matmul_time(tokens, rows, cols, shape, hardware) for rows, cols in projections)
         total += attention_time(layer_shape, hardware, forward.tokens, keys, forward.rows)
