@@ -91,7 +91,7 @@ def sudoku_cases(args: argparse.Namespace, device: torch.device) -> list[tuple[d
         beta = base.loss.beta if reference else 0.0
         settings = rl_settings(base, sampler, args.group, args.mu, beta)
 
-        def make(settings: Any = settings, name: str = f"sudoku, {sampler_name}") -> Case:
+        def make(settings: Any = settings, name: str = "sudoku") -> Case:
             network = TrainedModel(args.sudoku).network(task).to(device).train()
             frozen = copy.deepcopy(network).requires_grad_(False) if settings.keeps_reference else None
             return Case(name, network, frozen, settings, task, tokens, answer_mask, args.prompts)
@@ -186,6 +186,11 @@ def markdown(record: dict[str, Any], rows: list[dict[str, Any]], figure_name: st
                        "the reference is the base with the adapters off; the reward a stand-in (the parity of the "
                        "completion's token sum: random weights solve nothing).")]
     load = f"The machine's 1-minute load average at the start: {record['load_average']:.1f} on {record['cpus']} CPUs."
+    spread = [max(s[key] for s in r["steps"]) / min(s[key] for s in r["steps"]) for r in rows if "error" not in r
+              for key in ("rollout_s", "update_s") if min(s[key] for s in r["steps"]) > 0]
+    if spread:
+        load += (f" From one timed step to the next a part's seconds varied by up to {max(spread):.1f}x (each step's "
+                 "values are in the JSON): compare cases of one run, and read the ratios as rough.")
     lines += ["", load, "",
               markdown_table(["case", "rollout sampler", "reference", "P x G", "mu", "NFE / rollout", "rollout s",
                               "scoring s", "update s", "rollout / update", "step s"], table, "lllrrrrrrrr"), "",
@@ -200,8 +205,8 @@ def figure(rows: list[dict[str, Any]], title: str) -> Any:
     import matplotlib.pyplot as plt
 
     done = [r for r in rows if "error" not in r]
-    fig, axis = plt.subplots(figsize=(9, 1.2 + 0.55 * max(1, len(done))), dpi=110)
-    names = [f"{r['case']}, {r['sampler']}, {'ref' if r['reference'] else 'no ref'}" for r in done]
+    fig, axis = plt.subplots(figsize=(9, 1.8 + 0.6 * max(1, len(done))), dpi=110)
+    names = [f"{r['case']}\n{r['sampler']}, {'reference' if r['reference'] else 'no reference'}" for r in done]
     left = [0.0] * len(done)
     for key, label, colour in (("rollout_s", "rollouts", "#4c72b0"), ("scoring_s", "scoring", "#8da0cb"),
                                ("update_s", "updates", "#dd8452")):
@@ -213,7 +218,7 @@ def figure(rows: list[dict[str, Any]], title: str) -> Any:
     axis.set(xlim=(0, 1.25), xlabel="share of a step's time", title=title)
     axis.invert_yaxis()
     axis.tick_params(axis="y", labelsize=8)
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=8)
     fig.tight_layout()
     return fig
 
