@@ -3,7 +3,7 @@
     from mdmkit import api
 
     sampler = api.sampler("fastdllm_threshold", cache="dual", tau=0.9)     # conf/sampler/<preset>.yaml + fields
-    default = api.kind_sampler("diffusion_gemma")                          # the kind's own, when none is named
+    default = api.kind_sampler("diffusion_gemma", ckpt="/models/dg")       # the kind's own, when none is named
     model = api.load_text_model("GSAI-ML/LLaDA-8B-Instruct", kind="llada", dtype="bfloat16", device="cuda")
     made = api.generate(model, ["Question: ..."], sampler, gen_length=256)  # .texts, .nfe, .nfe_to_stop
     filled = api.fill(model.network, [[12, 7, 99]], sampler, gen_length=32, mask_id=model.network.mask_id)
@@ -26,6 +26,7 @@ from mdmkit.core.stopping import Stop
 from mdmkit.evaluation.generation import Generations, TextModel, masked_canvas
 from mdmkit.evaluation.generation import generate as run_generation
 from mdmkit.evaluation.hf_config import HFModelConfig
+from mdmkit.evaluation.plan import checkpoint_sampler_fields, with_fields
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.text_eval import load_text_model as _load_text_model
 from mdmkit.models.llm.registry import model_kind
@@ -38,18 +39,29 @@ def sampler(preset: str, network: torch.nn.Module | None = None, **fields: Any) 
     """The sampler of option `preset` (`conf/sampler/<preset>.yaml`, as `sampler=<preset>` composes it) with
     `fields` set on top, validated. With `network`, checkpoints the config names (P2's planner, NI's indicator)
     are loaded for it and its capabilities are checked."""
-    config = option("sampler", preset)
+    return _built(preset, option("sampler", preset), network, fields)
+
+
+def kind_sampler(kind: str, network: torch.nn.Module | None = None, *, ckpt: str | None = None,
+                 **fields: Any) -> Sampler:
+    """The sampler a model of `kind` generates with when none is named (its record's `default_sampler`, as
+    evaluate.py and mdmkit-lm-eval take it: `diffusion_gemma` for DiffusionGemma, `ntp` for a causal LM, else
+    `eb`), with `fields` set on top. `ckpt`: the model directory or hub name, whose own settings (its kind's
+    `sampler_settings`, read without its weights) it then follows under `fields`, as they do, in one printed line."""
+    record = model_kind(kind)
+    preset, own = record.default_sampler, {}
+    if ckpt is not None:
+        own, note = checkpoint_sampler_fields(record, ckpt, given=fields)
+        if note:
+            print(note)
+    return _built(preset, with_fields(option("sampler", preset), own, preset), network, fields)
+
+
+def _built(preset: str, config: dict[str, Any], network: torch.nn.Module | None, fields: dict[str, Any]) -> Sampler:
     unknown = sorted(set(fields) - set(config))
     require(not unknown, f"sampler {preset}: unknown field(s) {unknown} (valid: "
                          f"{', '.join(sorted(k for k in config if k != '_target_'))})")
     return build_sampler({**config, **fields}, network)
-
-
-def kind_sampler(kind: str, network: torch.nn.Module | None = None, **fields: Any) -> Sampler:
-    """The sampler a model of `kind` generates with when none is named (its record's `default_sampler`, as
-    evaluate.py and mdmkit-lm-eval take it: `diffusion_gemma` for DiffusionGemma, `ntp` for a causal LM, else
-    `eb`), with `fields` set on top."""
-    return sampler(model_kind(kind).default_sampler, network, **fields)
 
 
 def load_text_model(name_or_path: str, kind: str = "generic", *,

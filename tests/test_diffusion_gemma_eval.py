@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from mdmkit.tasks.code import CodeTask, HumanEvalTask, MBPPTask
 
 if TYPE_CHECKING:
     from mdmkit.evaluation.generation import TextModel
+    from mdmkit.evaluation.plan import EvaluationPlan
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -129,6 +131,117 @@ def test_the_tiny_sweep_expands_to_revisable_samplers() -> None:
     assert len(jobs) == 36 and {job.preset for job in jobs} == {"diffusion_gemma"}
     rules = [type(sampler.rule) for sampler in samplers if isinstance(sampler, RevisableSampler)]
     assert (rules.count(EBSampler), rules.count(ThresholdSampler), rules.count(TopKSampler)) == (20, 8, 8)
+
+
+def with_generation_config(model_dir: Path, directory: Path, **settings: object) -> Path:
+    """A copy of the tiny model whose generation_config.json sets `settings` (transformers' names)."""
+    checkpoint = shutil.copytree(model_dir, directory)
+    config = json.loads((checkpoint / "generation_config.json").read_text())
+    (checkpoint / "generation_config.json").write_text(json.dumps({**config, **settings}))
+    return checkpoint
+
+
+def plan_for(checkpoint: Path, tmp_path: Path, *overrides: str, named: bool = False) -> EvaluationPlan:
+    from mdmkit.evaluation.plan import plan_evaluation
+
+    cfg = compose_config("evaluate", ["task=gsm8k", f"task.data_dir={BENCHMARK_DATA}", f"ckpt={checkpoint}",
+                                      "hf.kind=diffusion_gemma", "device=cpu", f"results_file={tmp_path / 'r.jsonl'}",
+                                      "wandb.mode=disabled", *overrides])
+    return plan_evaluation(cfg, preset="diffusion_gemma" if named else "topk", sampler_named=named)
+
+
+def test_a_checkpoint_s_own_settings_make_the_default_sampler(model_dir: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Its generation_config.json sets other steps, temperatures and entropy bound than transformers' defaults (the
+    preset's): evaluate.py's plan and the lm-eval model naming no sampler both build the kind's default with them,
+    saying so in one line, before any weights load; a field the user sets wins (a nested sampler swapped by name takes
+    the bound with it); a sampler the user names runs as named, the line saying what the checkpoint sets."""
+    from mdmkit.evaluation.lm_eval_model import checked_settings
+    from mdmkit.evaluation.resolve import build_sampler
+    from mdmkit.samplers import EBSampler, RevisableSampler, TopKSampler
+
+    bound = {"entropy_bound": 0.7, "_cls_name": "EntropyBoundSamplerConfig"}
+    checkpoint = with_generation_config(model_dir, tmp_path / "model", max_denoising_steps=5, t_min=0.2,
+                                        sampler_config=bound)
+    own = RevisableSampler(rule=EBSampler(gamma=0.7, ordering="entropy"), max_steps=5, t_min=0.2)
+    line = (f"[mdmkit] sampler=diffusion_gemma (diffusion_gemma's default) with the settings {checkpoint} gives "
+            "itself: max_steps=5, t_min=0.2, rule.gamma=0.7")
+    plan = plan_for(checkpoint, tmp_path)
+    assert build_sampler(plan.jobs[0].sampler) == own and plan.config["sampler"] == plan.jobs[0].sampler
+    assert plan.jobs[0].preset == "diffusion_gemma" and capsys.readouterr().out == line + "\n"
+    _, built, recorded, note = checked_settings(str(checkpoint), None, "diffusion_gemma", 2, GEN, 1, {})
+    assert built == own and recorded["max_steps"] == 5 and note == line
+
+    _, built, _, note = checked_settings(str(checkpoint), None, "diffusion_gemma", 2, GEN, 1,
+                                         {"max_steps": 3, "rule": "topk"})
+    assert (built.max_steps, built.t_min, type(built.rule)) == (3, 0.2, TopKSampler)
+    assert note is not None and note.endswith("t_min=0.2; yours win over its max_steps=5, rule.gamma=0.7")
+    plan = plan_for(checkpoint, tmp_path, "sampler=diffusion_gemma", "sampler.max_steps=3", named=True)
+    assert build_sampler(plan.jobs[0].sampler) == RevisableSampler(max_steps=3)  # named: the preset, as given
+    assert capsys.readouterr().out == (f"[mdmkit] sampler=diffusion_gemma as named: its preset's settings, not the "
+                                       f"ones {checkpoint} gives itself (max_steps=5, t_min=0.2, rule.gamma=0.7), "
+                                       "which it follows when no sampler is named\n")
+    _, built, _, _ = checked_settings(str(checkpoint), "diffusion_gemma", "diffusion_gemma", 2, GEN, 1, {})
+    assert built == RevisableSampler()
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"max_denoising_steps": 0}, "max_denoising_steps=0 must be an integer >= 1"),
+    ({"stability_threshold": 1.5}, "stability_threshold=1.5 must be an integer >= 0"),
+    ({"confidence_threshold": 1}, "confidence_threshold=1 must be a float > 0"),
+    ({"sampler_config": {"entropy_bound": "high", "_cls_name": "EntropyBoundSamplerConfig"}},
+     'entropy_bound="high" must be a float > 0'),
+    ({"t_min": 0.5, "t_max": 0.5}, "t_max=0.5 must be > t_min=0.5"),
+    ({"top_k": 3}, "DiffusionGemmaGenerationConfig refuses it: Unexpected kwargs"),
+], ids=["steps", "stability", "confidence", "bound", "schedule", "unknown"])
+def test_a_malformed_generation_config_is_one_line(settings: dict, says: str, tmp_path: Path) -> None:
+    """A value transformers' loading would refuse stops the kind's default sampler at once, in one line naming the
+    file (the weights are never read: this directory has none)."""
+    from mdmkit.core.errors import CheckpointError
+    from mdmkit.models.llm.registry import model_kind
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 1, **settings}))
+    read = model_kind("diffusion_gemma").sampler_settings
+    assert read is not None
+    with pytest.raises(CheckpointError, match=re.escape(says)) as refused:
+        read(str(tmp_path))
+    assert str(refused.value).startswith(f"{tmp_path / 'generation_config.json'}: ") and "\n" not in str(refused.value)
+
+
+def test_a_malformed_generation_config_stops_both_evaluations(tmp_path: Path) -> None:
+    from mdmkit.core.errors import CheckpointError
+    from mdmkit.evaluation.lm_eval_model import check_model_args
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "generation_config.json").write_text("{\"max_denoising_steps\": 4,")
+    with pytest.raises(CheckpointError, match="generation_config.json does not read as JSON"):
+        plan_for(tmp_path / "model", tmp_path)
+    with pytest.raises(CheckpointError, match="generation_config.json does not read as JSON"):
+        check_model_args(f"ckpt={tmp_path / 'model'},kind=diffusion_gemma,max_steps=3")
+
+
+def test_a_hub_name_s_settings_are_read_as_transformers_reads_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A hub name's generation_config.json comes from the hub cache (HF_HUB_OFFLINE honoured: no network here);
+    one that cannot be had leaves the preset, in one line."""
+    import huggingface_hub.constants
+
+    from mdmkit.models.llm.registry import model_kind
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    repo, commit = tmp_path / "models--someone--diffusiongemma", "0" * 40
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit / "generation_config.json").write_text(json.dumps({"max_denoising_steps": 7}))
+    read = model_kind("diffusion_gemma").sampler_settings
+    assert read is not None and read("someone/diffusiongemma") == {"max_steps": 7}
+    assert read("someone/elsewhere") == {}
+    out = capsys.readouterr().out
+    assert out.startswith("[mdmkit] someone/elsewhere: its generation_config.json cannot be read here (")
+    assert out.endswith("): sampler=diffusion_gemma keeps its preset's settings (transformers' defaults)\n")
+    assert out.count("\n") == 1
 
 
 def evaluate_code(name: str, chat: bool, model: Path, directory: Path) -> list[dict]:

@@ -193,12 +193,15 @@ def test_a_stop_condition_notes_the_nfe_and_ends_the_row() -> None:
             assert int(counter.nfe[0]) == 3 and bool((sampled.tokens[0, start + 8:] == PAD).all())
 
 
-def test_a_checkpoint_s_own_generate_settings(tmp_path: Path) -> None:
-    """A checkpoint's generation_config.json may set other values than transformers' defaults (the preset's): its
-    network reports them and `following` takes them, so the sampler is that checkpoint's `generate` again."""
+def test_a_checkpoint_s_own_generate_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint's generation_config.json may set other values than transformers' defaults (the preset's): the
+    kind's default sampler read from its directory (`api.kind_sampler(..., ckpt=)`, evaluate.py's and lm-eval's path)
+    takes them, so it is that checkpoint's `generate` again, tokens and NFE; a field given wins over the checkpoint."""
     from tiny_text_models import byte_level_tokenizer
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
+    from mdmkit import api
+    from mdmkit.core.config import option
     from mdmkit.models.llm.registry import load_model
 
     model = tiny_model(vocab=16, sharpen=6.0)
@@ -210,15 +213,19 @@ def test_a_checkpoint_s_own_generate_settings(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="holds its tokenizer"):
         load_model(str(tmp_path), "diffusion_gemma")
     byte_level_tokenizer().save_pretrained(tmp_path)
+    sampler = api.kind_sampler("diffusion_gemma", ckpt=str(tmp_path))
+    assert sampler == RevisableSampler(rule=EBSampler(gamma=0.7, ordering="entropy"), max_steps=5, t_min=0.2,
+                                       t_max=0.9, stability_threshold=0, confidence_threshold=1.5)
+    assert capsys.readouterr().out == (f"[mdmkit] sampler=diffusion_gemma (diffusion_gemma's default) with the "
+                                       f"settings {tmp_path} gives itself: max_steps=5, t_min=0.2, t_max=0.9, "
+                                       "stability_threshold=0, confidence_threshold=1.5, rule.gamma=0.7\n")
     net, _ = load_model(str(tmp_path), "diffusion_gemma")
-    assert net.generate_settings == {**settings, "entropy_bound": 0.7}
-    sampler = RevisableSampler().following(net.generate_settings)
-    assert (sampler.max_steps, sampler.t_min, sampler.rule.gamma) == (5, 0.2, 0.7)
-    assert RevisableSampler(rule=ThresholdSampler()).following({"entropy_bound": 0.7}).rule == ThresholdSampler()
     prompts = [[5, 6, 7, 8], [9, 10]]
     ids, keep = left_padded(prompts)
     torch.manual_seed(1)
     ref = net.model.generate(ids, attention_mask=keep.long(), max_new_tokens=16)  # the checkpoint's own settings
     assert_same(ref, *run(net, prompts, 16, sampler))
-    with pytest.raises(ConfigError, match="no RevisableSampler field"):
-        RevisableSampler().following({"top_k": 3})
+    threshold = option("sampler", "threshold")
+    given = api.kind_sampler("diffusion_gemma", ckpt=str(tmp_path), max_steps=3, rule=threshold)
+    assert (given.max_steps, given.t_min, given.rule) == (3, 0.2, ThresholdSampler())  # rule given: no gamma
+    assert capsys.readouterr().out.endswith("; yours win over its max_steps=5, rule.gamma=0.7\n")

@@ -1,7 +1,8 @@
 """mdmkit as an lm-eval model: `mdmkit-lm-eval --model mdmkit --model_args ckpt=...,sampler=eb,gamma=0.1`.
 
 `model_args` (docs/llm.md): `ckpt`, `kind`, `sampler` (a `conf/sampler/` name; default the kind's own,
-`ModelKind.default_sampler`: `eb`, `ntp` for a causal kind, `diffusion_gemma` for DiffusionGemma) and its fields
+`ModelKind.default_sampler`: `eb`, `ntp` for a causal kind, `diffusion_gemma` for DiffusionGemma, following the
+settings the checkpoint gives itself, `ModelKind.sampler_settings`) and its fields
 (a nested sampler's dotted, `rule.tau=0.5`), `dtype`, `trust_remote_code`, `max_length`, `gen_length` (when a
 request gives no `max_gen_toks`), `mc_samples`, `seed` and `nfe_file` (one JSON line per request with its NFE).
 Importing this module registers it in lm-eval's registry (`mdmkit-lm-eval` registers it by module path:
@@ -39,6 +40,7 @@ from mdmkit.evaluation.distributed import init_ranks
 from mdmkit.evaluation.generation import TextModel, check_decoder, check_sampler, generate
 from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.lm_eval_nfe import Generation, padding, record, summarize
+from mdmkit.evaluation.plan import checkpoint_sampler_fields
 from mdmkit.evaluation.text_eval import load_text_model
 from mdmkit.models.llm.hf import HFCausalLM, check_model_source
 from mdmkit.models.llm.registry import model_kind
@@ -76,9 +78,11 @@ def sampler_from_args(name: str, overrides: dict[str, Any]) -> tuple[Any, dict[s
 
 
 def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_size: int | str, gen_length: int,
-                     mc_samples: int, extra: dict[str, Any]) -> tuple[HFModelConfig, Any, dict[str, Any]]:
+                     mc_samples: int, extra: dict[str, Any]) -> tuple[HFModelConfig, Any, dict[str, Any], str | None]:
     """What `MdmkitLM` checks before a model loads: the model settings, the sampler and its fields (`extra`, the
-    model keys taken out of it), the sampler's kind against the model's, a local `ckpt` path."""
+    model keys taken out of it), the sampler's kind against the model's, a local `ckpt` path. With no sampler named,
+    the kind's default follows the settings the checkpoint gives itself, under `extra`'s; the last item is the line
+    that says so (`checkpoint_sampler_fields`)."""
     require(ckpt is not None, "model_args needs ckpt=<Hugging Face model directory or hub name>")
     require(isinstance(batch_size, int) or str(batch_size).isdigit(),
             f"batch_size={batch_size}: give a number (auto is not supported)")
@@ -86,10 +90,13 @@ def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_siz
     require(gen_length >= 1, f"gen_length={gen_length} must be >= 1")
     config = HFModelConfig(kind=kind, **{k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS})
     record = model_kind(config.kind)
-    built, sampler_config = sampler_from_args(sampler or record.default_sampler, extra)
-    check_decoder(record.decoding == "causal", built)
     check_model_source(str(ckpt))
-    return config, built, sampler_config
+    name, fields, note = sampler or record.default_sampler, {}, None
+    if name == record.default_sampler:
+        fields, note = checkpoint_sampler_fields(record, str(ckpt), given=None if sampler else extra)
+    built, sampler_config = sampler_from_args(name, {**fields, **extra})
+    check_decoder(record.decoding == "causal", built)
+    return config, built, sampler_config, note
 
 
 def check_model_args(text: str) -> None:
@@ -147,11 +154,13 @@ class MdmkitLM(LM):
                  gen_length: int = 256, mc_samples: int = 32, seed: int = 0, nfe_file: str | None = None,
                  **extra: Any) -> None:
         super().__init__()
-        config, self.sampler, self.sampler_config = checked_settings(ckpt, sampler, kind, batch_size, gen_length,
-                                                                     mc_samples, extra)
+        config, self.sampler, self.sampler_config, note = checked_settings(ckpt, sampler, kind, batch_size,
+                                                                           gen_length, mc_samples, extra)
         device = _device(device)
         self.ranks = init_ranks("cuda" if device.startswith("cuda") else device)  # rank 0 of 1 without a launcher
         self._rank, self._world_size = self.ranks.rank, self.ranks.world_size
+        if note and self._rank == 0:
+            print(note)
         if self._world_size > 1 and device.startswith("cuda"):
             device = f"cuda:{torch.cuda.current_device()}"  # this rank's GPU (its local rank), whatever was asked
         self._device = torch.device(device)

@@ -7,7 +7,7 @@ typed, every sampler of the run validated, the task built and, for a text task, 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from mdmkit.evaluation.hf_config import HFModelConfig
 from mdmkit.evaluation.resolve import build_sampler
 from mdmkit.evaluation.sweep import SweepJob, expand
 from mdmkit.io.results import check_writable
-from mdmkit.models.llm.registry import model_kind
+from mdmkit.models.llm.registry import ModelKind, model_kind
 from mdmkit.tasks.base import PuzzleTask
 from mdmkit.tasks.text import TextTask
 
@@ -60,7 +60,8 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
     `preset`: the `sampler=` option a single-sampler run was composed with (the CLI reads it from Hydra), named in
     its row. `task_fields`: see `EvaluationPlan`. `sampler_named`: the command line named a sampler or set one of
     its fields; where it did not, a text task runs the model kind's own default (`ModelKind.default_sampler`), not
-    the puzzles' default the config was composed with."""
+    the puzzles' default the config was composed with, following the settings the checkpoint gives itself (its
+    kind's `sampler_settings`: one printed line names them)."""
     config = to_container(cfg)
     ckpt = config.get("ckpt")
     require(ckpt is not None, "ckpt=... is required: an mdmkit checkpoint, or for text tasks a Hugging Face "
@@ -78,17 +79,22 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
     task_node = config.get("task")
     task = build(task_node, "task") if task_node is not None else None
     _check_checkpoint_kind(str(ckpt), task)
-    hf = None
+    hf, note = None, None
     if isinstance(task, TextTask):
         hf = build({"_target_": "mdmkit.evaluation.hf_config.HFModelConfig", **config["hf"]}, "hf")
         require(task.limit is None, f"task.limit={task.limit}: give limit={task.limit} (the rows record that one)")
         task.limit = config["limit"]
         record = model_kind(hf.kind)
-        if not (sweep or sampler_named):
+        if not (sweep or sampler_named):  # the kind's default, with the settings the checkpoint gives itself
             preset = record.default_sampler
-            config["sampler"] = option("sampler", preset)
+            fields, note = checkpoint_sampler_fields(record, str(ckpt), given=())
+            config["sampler"] = with_fields(option("sampler", preset), fields, preset)
             jobs = [SweepJob(copy.deepcopy(config["sampler"]), config["oracle"], preset)]
             samplers = [build_sampler(jobs[0].sampler)]
+        elif not sweep and preset == record.default_sampler:  # named: as it is, saying what the checkpoint sets
+            _, note = checkpoint_sampler_fields(record, str(ckpt), given=None)
+        if note:
+            print(note)
         causal = record.decoding == "causal"  # a causal kind takes sampler=ntp (or sbd): checked now
         for sampler in samplers:
             check_decoder(causal, sampler)
@@ -101,6 +107,42 @@ def plan_evaluation(cfg: DictConfig | dict[str, Any], preset: str | None = None,
         limit=config["limit"], batch_size=config["batch_size"], device=str(config["device"]),
         results_file=str(config["results_file"]), resume=config["resume"],
         sweep_name=str(sweep.get("name", "sweep")) if sweep else None, wandb=config.get("wandb") or None)
+
+
+def checkpoint_sampler_fields(record: ModelKind, ckpt: str,
+                              given: Collection[str] | None) -> tuple[dict[str, Any], str | None]:
+    """The fields of the kind's default sampler that the model at `ckpt` sets for itself (its record's
+    `sampler_settings`, read without the weights) less those the user sets (`given`, dotted; a nested sampler given
+    by name takes the checkpoint's fields under it out), and the line naming them. `given` None: the user named the
+    default option, which runs as named (nothing is taken; the line names what the checkpoint sets)."""
+    settings = {} if record.sampler_settings is None else dict(record.sampler_settings(ckpt))
+    if not settings:
+        return {}, None
+    option_name, listed = f"sampler={record.default_sampler}", _listed(settings)
+    if given is None:
+        return {}, (f"[mdmkit] {option_name} as named: its preset's settings, not the ones {ckpt} gives itself "
+                    f"({listed}), which it follows when no sampler is named")
+    taken = {name: value for name, value in settings.items()
+             if not any(name == field or name.startswith(f"{field}.") for field in given)}
+    yours = {name: value for name, value in settings.items() if name not in taken}
+    return taken, (f"[mdmkit] {option_name} ({record.name}'s default) with the settings {ckpt} gives itself: "
+                   f"{_listed(taken) or 'none'}" + (f"; yours win over its {_listed(yours)}" if yours else ""))
+
+
+def _listed(fields: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in fields.items())
+
+
+def with_fields(config: dict[str, Any], fields: Mapping[str, Any], preset: str) -> dict[str, Any]:
+    """Sampler config `config` (of option `preset`) with `fields` set in place, dotted for a nested sampler's."""
+    for key, value in fields.items():
+        *parents, name = key.split(".")
+        node = config
+        for parent in parents:
+            node = node.get(parent) if isinstance(node.get(parent), dict) else {}
+        require(name in node, f"{key}: sampler={preset} has no such field")
+        node[name] = value
+    return config
 
 
 def _check_checkpoint_kind(ckpt: str, task: PuzzleTask | TextTask | None) -> None:

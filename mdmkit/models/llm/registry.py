@@ -71,7 +71,10 @@ class ModelKind:
     `sft_normalize`: the loss normalisation of its published fine-tuning recipe (None: not fine-tunable here).
     `shapes`: real-size configs by name, for the benchmarks. `example`: a tiny model of it that users can make.
     `sampler`: the conf/sampler option a text evaluation (evaluate.py, mdmkit-lm-eval, `api.kind_sampler`) uses
-    when none is named; None: `ntp` for a causal kind, else `eb`."""
+    when none is named; None: `ntp` for a causal kind, else `eb`. `sampler_settings`: the fields of that sampler
+    (dotted for a nested sampler's, `rule.gamma`) that a model directory or hub name sets for itself, read without
+    loading its weights (a value its loading would refuse: one CheckpointError); a text evaluation naming no sampler
+    follows them, under the fields its user sets (None: the option as it is)."""
 
     name: str
     load: Loader
@@ -88,6 +91,7 @@ class ModelKind:
     shapes: Mapping[str, DiffusionLMConfig] = field(default_factory=dict)
     example: ExampleModel | None = None
     sampler: str | None = None
+    sampler_settings: Callable[[str], Mapping[str, Any]] | None = None
 
     @property
     def default_sampler(self) -> str:

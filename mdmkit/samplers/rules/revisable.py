@@ -18,10 +18,8 @@ that draws (ordering random: its draws would shift the canvas's random stream) o
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -89,7 +87,8 @@ def check_rule(rule: MaskedSampler) -> None:
 class RevisableSampler(Sampler):
     """Revisable block diffusion over a `canvas` network (see the module and core/canvas.py). The defaults are
     transformers' DiffusionGemma `generate` defaults: EB at 0.1 over 48 steps, temperature 0.8 to 0.4, stop after one
-    stable step below a mean entropy of 0.005."""
+    stable step below a mean entropy of 0.005 (a checkpoint's own, from its generation_config.json, are its model
+    kind's `sampler_settings`)."""
 
     rule: MaskedSampler = field(default_factory=lambda: EBSampler(gamma=0.1, ordering="entropy"))
     max_steps: int = 48  # decoder steps a canvas may take
@@ -112,19 +111,6 @@ class RevisableSampler(Sampler):
         require(self.confidence_threshold is None or self.confidence_threshold > 0,
                 f"confidence_threshold={self.confidence_threshold} must be > 0 or null")
         check_rule(self.rule)
-
-    def following(self, settings: Mapping[str, Any]) -> RevisableSampler:
-        """This sampler with a checkpoint's own `generate` settings (a canvas network's `generate_settings`:
-        transformers' names) in place of its fields, and the entropy bound as EB's gamma when the rule is EB."""
-        names = {"max_denoising_steps": "max_steps", "t_min": "t_min", "t_max": "t_max",
-                 "stability_threshold": "stability_threshold", "confidence_threshold": "confidence_threshold"}
-        unknown = sorted(set(settings) - set(names) - {"entropy_bound"})
-        require(not unknown, f"generate settings {unknown} have no RevisableSampler field")
-        rule = self.rule
-        if "entropy_bound" in settings and isinstance(rule, EBSampler):  # another rule stands in for the bound
-            rule = dataclasses.replace(rule, gamma=float(settings["entropy_bound"]))
-        fields = {names[name]: value for name, value in settings.items() if name in names}
-        return dataclasses.replace(self, rule=rule, **fields)
 
     @property
     def schedule(self) -> CanvasSchedule:

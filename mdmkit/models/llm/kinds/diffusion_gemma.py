@@ -10,6 +10,7 @@ cache), so that the canvas loop (`sampler=diffusion_gemma`) reproduces that `gen
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,14 @@ from mdmkit.models.llm.registry import ExampleModel, ModelKind, register_kind
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # the precisions its published weights run in
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+GENERATION_CONFIG = "generation_config.json"
+# the generation_config.json settings of its `generate` as the fields of sampler=diffusion_gemma: (field, its type,
+# the least value, whether it must exceed it), as transformers' DiffusionGemmaGenerationConfig checks them
+_SETTINGS: dict[str, tuple[str, type | tuple[type, ...], float, bool]] = {
+    "max_denoising_steps": ("max_steps", int, 1, False), "t_min": ("t_min", (int, float), 0, False),
+    "t_max": ("t_max", (int, float), 0, False), "stability_threshold": ("stability_threshold", int, 0, False),
+    "confidence_threshold": ("confidence_threshold", float, 0, True),
+    "entropy_bound": ("rule.gamma", float, 0, True)}  # its sampler_config's bound: EB's gamma
 
 
 def _ids(value: Any) -> tuple[int, ...]:
@@ -72,16 +81,6 @@ class DiffusionGemmaNetwork(nn.Module):
     @property
     def vocab_size(self) -> int:
         return self._spec.vocab_size
-
-    @property
-    def generate_settings(self) -> dict[str, Any]:
-        """The sampling settings the checkpoint's generation_config.json sets (transformers' names; `entropy_bound`
-        for its sampler config's bound): its `generate` uses them where transformers' defaults (the preset's) differ."""
-        config = getattr(self.model, "generation_config", None)
-        names = ("max_denoising_steps", "t_min", "t_max", "stability_threshold", "confidence_threshold")
-        settings = {name: getattr(config, name) for name in names if getattr(config, name, None) is not None}
-        bound = getattr(getattr(config, "sampler_config", None), "entropy_bound", None)
-        return settings if bound is None else {**settings, "entropy_bound": bound}
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -165,6 +164,71 @@ def wrap(model: Any) -> DiffusionGemmaNetwork:
     return DiffusionGemmaNetwork(model.eval(), eos, pad)
 
 
+def _generation_config(name_or_path: str) -> Path | None:
+    """The checkpoint's generation_config.json, found as transformers finds it (a hub name's from the cache or the
+    hub, honouring HF_HUB_OFFLINE); None where a directory has none, or a hub name's cannot be had (said in a line)."""
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        return local / GENERATION_CONFIG if (local / GENERATION_CONFIG).is_file() else None
+    try:
+        from transformers.utils import cached_file
+    except ImportError:
+        return None  # loading says in one line which transformers it needs
+    try:
+        found = cached_file(name_or_path, GENERATION_CONFIG)
+    except OSError as error:  # transformers' loading then takes its defaults too
+        print(f"[mdmkit] {name_or_path}: its {GENERATION_CONFIG} cannot be read here ({_first_line(error)}): "
+              "sampler=diffusion_gemma keeps its preset's settings (transformers' defaults)")
+        return None
+    return None if found is None else Path(found)
+
+
+def _setting(file: Path, name: str, value: Any, kind: type | tuple[type, ...], least: float, above: bool) -> Any:
+    """One setting of `file`, checked as transformers' DiffusionGemmaGenerationConfig checks it (one line if not)."""
+    if not (isinstance(value, kind) and not isinstance(value, bool) and (value > least if above else value >= least)):
+        wanted = "an integer" if kind is int else "a float" if kind is float else "a number"
+        raise CheckpointError(f"{file}: {name}={json.dumps(value)} must be {wanted} {'>' if above else '>='} {least} "
+                              "(transformers' generate refuses it)")
+    return value if kind is int else float(value)
+
+
+def sampler_settings(name_or_path: str) -> dict[str, Any]:
+    """The fields of `sampler=diffusion_gemma` that a checkpoint's generation_config.json sets for its `generate`
+    (an unset one is transformers' default, the preset's), read without the weights; a value its loading would
+    refuse is one CheckpointError, now rather than after the weights load."""
+    check_model_source(name_or_path)
+    file = _generation_config(name_or_path)
+    if file is None:
+        return {}
+    try:
+        raw = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{file} does not read as JSON: {_first_line(error)}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{file} holds {type(raw).__name__}, not a JSON object")
+    sampler = raw.get("sampler_config")
+    given = {**raw, "entropy_bound": sampler.get("entropy_bound") if isinstance(sampler, dict) else None}
+    fields = {field: _setting(file, name, given[name], kind, least, above)
+              for name, (field, kind, least, above) in _SETTINGS.items() if given.get(name) is not None}
+    if "t_min" in fields and "t_max" in fields and fields["t_max"] <= fields["t_min"]:
+        raise CheckpointError(f"{file}: t_max={given['t_max']} must be > t_min={given['t_min']} "
+                              "(transformers' generate refuses it)")
+    try:  # anything else transformers' loading would refuse (an unknown key, a sampler_config of no known class)
+        from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+        DiffusionGemmaGenerationConfig.from_dict(raw)
+    except ImportError:
+        pass  # loading says in one line which transformers it needs
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise CheckpointError(f"{file}: transformers' DiffusionGemmaGenerationConfig refuses it: "
+                              f"{_first_line(error)}") from None
+    return fields
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
 def load(name_or_path: str, kind: ModelKind, *, trust_remote_code: bool = False, dtype: str = "float32",
          device: str = "cpu", local_files_only: bool | None = None) -> tuple[DiffusionGemmaNetwork, Any]:
     """A DiffusionGemma directory (or hub name) through transformers' own classes, and its tokenizer (with its chat
@@ -189,7 +253,7 @@ def load(name_or_path: str, kind: ModelKind, *, trust_remote_code: bool = False,
         model: Any = DiffusionGemmaForBlockDiffusion.from_pretrained(source, local_files_only=offline,
                                                                      dtype=_DTYPES[dtype])
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = _first_line(error)
         raise CheckpointError(f"cannot load a DiffusionGemma model from {name_or_path}: {first}") from error
     return wrap(model.to(device)), tokenizer
 
@@ -239,4 +303,5 @@ KIND = register_kind(ModelKind(
     declares=lambda raw: str(raw.get("model_type", "")).lower() == "diffusion_gemma",
     example=ExampleModel(example_config, SPECIALS, "<mask>", CHAT_TEMPLATE, bos="<bos>", weights=example_weights),
     sampler="diffusion_gemma",  # its own generate; a masked sampler cannot run on its canvases
+    sampler_settings=sampler_settings,
 ))
