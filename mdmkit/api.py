@@ -49,6 +49,7 @@ def kind_sampler(kind: str, network: torch.nn.Module | None = None, *, ckpt: str
     `eb`), with `fields` set on top. `ckpt`: the model directory or hub name, whose own settings (its kind's
     `sampler_settings`, read without its weights) it then follows under `fields`, as they do, in one printed line."""
     record = model_kind(kind)
+    own: dict[str, Any]
     preset, own = record.default_sampler, {}
     if ckpt is not None:
         own, note = checkpoint_sampler_fields(record, ckpt, given=fields)

@@ -91,7 +91,8 @@ def checked_settings(ckpt: str | None, sampler: str | None, kind: str, batch_siz
     config = HFModelConfig(kind=kind, **{k: extra.pop(k) for k in list(extra) if k in _MODEL_KEYS})
     record = model_kind(config.kind)
     check_model_source(str(ckpt))
-    name, fields, note = sampler or record.default_sampler, {}, None
+    fields: dict[str, Any] = {}
+    name, note = sampler or record.default_sampler, None
     if name == record.default_sampler:
         fields, note = checkpoint_sampler_fields(record, str(ckpt), given=None if sampler else extra)
     built, sampler_config = sampler_from_args(name, {**fields, **extra})

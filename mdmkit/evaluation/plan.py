@@ -139,7 +139,8 @@ def with_fields(config: dict[str, Any], fields: Mapping[str, Any], preset: str) 
         *parents, name = key.split(".")
         node = config
         for parent in parents:
-            node = node.get(parent) if isinstance(node.get(parent), dict) else {}
+            child = node.get(parent)
+            node = child if isinstance(child, dict) else {}
         require(name in node, f"{key}: sampler={preset} has no such field")
         node[name] = value
     return config

@@ -185,7 +185,8 @@ def _generation_config(name_or_path: str) -> Path | None:
 
 def _setting(file: Path, name: str, value: Any, kind: type | tuple[type, ...], least: float, above: bool) -> Any:
     """One setting of `file`, checked as transformers' DiffusionGemmaGenerationConfig checks it (one line if not)."""
-    if not (isinstance(value, kind) and not isinstance(value, bool) and (value > least if above else value >= least)):
+    typed = isinstance(value, kind) and not isinstance(value, bool)
+    if not (typed and (value > least if above else value >= least)):
         wanted = "an integer" if kind is int else "a float" if kind is float else "a number"
         raise CheckpointError(f"{file}: {name}={json.dumps(value)} must be {wanted} {'>' if above else '>='} {least} "
                               "(transformers' generate refuses it)")
