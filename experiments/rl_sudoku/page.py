@@ -11,6 +11,8 @@ markdown table of accuracy and NFE per sampler setting, with each trained checkp
 from __future__ import annotations
 
 import argparse
+import csv
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -51,8 +53,21 @@ def collect(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, tuple[float, 
     return table
 
 
-def table_markdown(table: dict[str, dict[str, tuple[float, float]]], order: Sequence[str]) -> str:
-    """Accuracy (NFE) per setting and checkpoint, with each trained checkpoint's points against the start."""
+def front_at(points: Iterable[tuple[float, float]], nfe: float) -> float | None:
+    """The accuracy of a front of (accuracy, NFE) points at `nfe`, linear between its neighbours; None outside."""
+    ordered = sorted((n, a) for a, n in points)
+    for (n0, a0), (n1, a1) in itertools.pairwise(ordered):
+        if n0 <= nfe <= n1:
+            return a0 if n1 == n0 else a0 + (a1 - a0) * (nfe - n0) / (n1 - n0)
+    return None
+
+
+def table_markdown(table: dict[str, dict[str, tuple[float, float]]], order: Sequence[str],
+                   front: Iterable[tuple[float, float]] = ()) -> str:
+    """Accuracy (NFE) per setting and checkpoint, with each trained checkpoint's points against the start at the
+    same setting and, where its NFE moved and `front` (the start's (accuracy, NFE) points) spans it, at the same
+    NFE (linear between the front's points)."""
+    front = list(front)
     settings = sorted({s for results in table.values() for s in results}, key=lambda s: (s != "full step", s))
     header = ["sampler", *[f"{name}: acc % (NFE)" for name in order]]
     rows = []
@@ -67,12 +82,36 @@ def table_markdown(table: dict[str, dict[str, tuple[float, float]]], order: Sequ
             text = f"{100 * result[0]:.1f} ({result[1]:.1f})"
             if checkpoint != START and base is not None:
                 text += f" {100 * (result[0] - base[0]):+.1f}"
+                level = front_at(front, result[1]) if abs(result[1] - base[1]) >= 0.05 else None
+                text += f"; {100 * (result[0] - level):+.1f} at equal NFE" if level is not None else ""
             cells.append(text)
         rows.append(cells)
     return markdown_table(header, rows, "l" + "r" * len(order))
 
 
-def plot(table: dict[str, dict[str, tuple[float, float]]], order: Sequence[str], path: Path) -> None:
+def training_markdown(runs: Path, window: int = 10) -> str:
+    """Each run's training logs (`<runs>/<name>/csv/version_0/metrics.csv`): the rollouts' verified and per-cell
+    rewards, the spread within groups and the forwards per rollout, over its first and last `window` steps."""
+    header = ["run", "steps", "solved (first → last)", "cells right", "reward std in groups", "NFE per rollout", "KL"]
+    rows = []
+    for path in sorted(runs.glob("*/csv/version_0/metrics.csv")):
+        logged = [row for row in csv.DictReader(path.open()) if row.get("rl/reward")]
+        if not logged:
+            continue
+
+        def mean(key: str, part: list[dict[str, str]]) -> float:
+            return sum(float(row[key]) for row in part) / len(part)
+
+        first, last = logged[:window], logged[-window:]
+        rows.append([path.parents[2].name, len(logged),
+                     *(f"{mean(key, first):.2f} → {mean(key, last):.2f}" for key in
+                       ("rl/reward/verified", "rl/reward/cells", "rl/reward_std", "rl/nfe")),
+                     f"{mean('rl/kl', last):.4f}" if logged[-1].get("rl/kl") else "—"])
+    return markdown_table(header, rows, "lrrrrrr")
+
+
+def plot(table: dict[str, dict[str, tuple[float, float]]], order: Sequence[str], path: Path,
+         front: Sequence[tuple[float, float]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,9 +123,12 @@ def plot(table: dict[str, dict[str, tuple[float, float]]], order: Sequence[str],
         for ax in axes:
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-" if checkpoint == START else "s--",
                      label=checkpoint, lw=2 if checkpoint == START else 1.2)
+    wider = sorted((nfe, 100 * accuracy) for accuracy, nfe in front)
+    axes[1].plot([p[0] for p in wider], [p[1] for p in wider], ":", color="grey", label="start, all its thresholds")
     axes[0].set_xscale("log")
     axes[0].set_title("accuracy vs NFE (full step at the right)")
-    axes[1].set_xlim(2, 9)
+    axes[1].set_xlim(5.8, 7.6)
+    axes[1].set_ylim(35, 95)
     axes[1].set_title("the fast end (threshold)")
     for ax in axes:
         ax.set_xlabel("NFE per puzzle (mean)")
@@ -102,15 +144,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("results", type=Path, nargs="+", help="results files, later ones replacing earlier rows")
     parser.add_argument("--out", type=Path, required=True, help="output prefix: writes <out>.png, prints the table")
+    parser.add_argument("--runs", type=Path, default=Path("runs/rl_sudoku"), help="the runs' directories (logs)")
     args = parser.parse_args()
     rows = [json.loads(line) for path in args.results for line in path.read_text().splitlines() if line.strip()]
     table = collect(rows)
+    front = list(table.get(START, {}).values())  # all of the start's rows, also settings the runs were not scored on
     trained = {setting for name, results in table.items() if name != START for setting in results}
     if trained:  # the start's other rows (another page's grid) stay out
         table[START] = {setting: result for setting, result in table.get(START, {}).items() if setting in trained}
     order = [START, *sorted(name for name in table if name != START)]
-    plot(table, order, args.out.with_suffix(".png"))
-    print(table_markdown(table, order))
+    plot(table, order, args.out.with_suffix(".png"), front)
+    print(table_markdown(table, order, front))
+    print()
+    print(training_markdown(args.runs))
 
 
 if __name__ == "__main__":

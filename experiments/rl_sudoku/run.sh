@@ -3,6 +3,7 @@
 #   bash experiments/rl_sudoku/run.sh            # evaluate the start, train and evaluate d1, wd1 and coupled
 #   bash experiments/rl_sudoku/run.sh eval CKPT  # one checkpoint on the grid
 #   bash experiments/rl_sudoku/run.sh train RL   # one run (RL: grpo, wd1, coupled) into runs/rl_sudoku/RL
+#   RUN=grpo_elbo bash experiments/rl_sudoku/run.sh train grpo rl_estimator@rl.estimator=elbo   # a variant
 # Every checkpoint is scored on the same 1,000 test puzzles (the start's own 30-36-givens split) with the same
 # samplers at temperature 0: full step (Top-1, confidence) and threshold at several tau. Rows go to RESULTS
 # (resumable: rows already there are skipped); then the page: python -m experiments.rl_sudoku.page.
@@ -18,7 +19,7 @@ evaluate() {
 }
 
 train() {
-    python train.py experiment=sudoku_rl_hard rl="$1" hydra.run.dir="runs/rl_sudoku/$1" "${@:2}"
+    python train.py experiment=sudoku_rl_hard rl="$1" hydra.run.dir="runs/rl_sudoku/${RUN:-$1}" "${@:2}"
 }
 
 case "${1:-all}" in
