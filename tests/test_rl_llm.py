@@ -113,3 +113,34 @@ def test_the_reference_under_lora_is_the_base_with_its_adapters_off(tiny: dict[s
     with torch.no_grad():
         assert torch.allclose(BaseOf(network)(tokens), base(tokens), atol=1e-5)
         assert not torch.allclose(network(tokens), base(tokens), atol=1e-3)  # the adapters are back on after
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_text_rl_run_resumed_between_two_inner_updates_ends_where_an_uninterrupted_one_does(
+        tiny: dict[str, Path], tmp_path: Path) -> None:
+    """mu = 2 on the tiny LLaDA under LoRA, rewarded for texts of even length (random texts vary in it; the tiny
+    model solves nothing): three steps, then the fourth from last.ckpt (the second inner update on step 3's
+    rollouts, which the checkpoint kept: texts, documents, padding) give the adapters four steps give."""
+    from conftest import compose_config
+    from safetensors.torch import load_file
+
+    from mdmkit.training.preflight import plan_training
+    from mdmkit.training.rl.train import run_rl_training
+
+    def run(directory: Path, *overrides: str) -> dict[str, torch.Tensor]:
+        cfg = compose_config("train", [
+            "experiment=llada_rl", f"sft.model={tiny['llada']}", "sft.lora_r=4",
+            f"task.data_dir={ROOT}/examples/arithmetic", "task.max_gen_len=8", "sampler.block_length=8",
+            "sampler.steps=4", "rl.sampler.block_length=8", "rl.sampler.steps=4", "rl.group_size=4",
+            "~rl.rewards.verified", "+reward@rl.rewards.even=format", "rl.rewards.even.pattern='^(..)*$'",
+            "rl.inner_updates=2", "data.batch_size=1", "trainer=cpu", "logger=csv", "evaluate_after_training=false",
+            "trainer.enable_progress_bar=false", f"results_file={directory}/results.jsonl", *overrides])
+        run_rl_training(plan_training(cfg), directory)
+        return load_file(str(next((directory / "adapter").glob("*.safetensors"))))
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    run(tmp_path / "a", "trainer.max_steps=3")
+    resumed = run(tmp_path / "a", "trainer.max_steps=4", f"ckpt_path={tmp_path}/a/checkpoints/last.ckpt")
+    straight = run(tmp_path / "b", "trainer.max_steps=4")
+    assert resumed.keys() == straight.keys() and all(torch.equal(resumed[k], straight[k]) for k in straight)
+    assert any(value.abs().sum() > 0 for key, value in straight.items() if "lora_B" in key)  # the adapters trained

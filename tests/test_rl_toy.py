@@ -76,7 +76,7 @@ def train(settings: RLConfig, steps: int = 100, lr: float = 0.03) -> list[float]
     (CoupledEstimator(), GRPOLoss(beta=0.0), 1),
     (MonteCarloELBO(), GRPOLoss(beta=0.0), 1),
     (OneStepEstimator(), WD1Loss(), 1),
-    pytest.param(SandwichEstimator(), SPGLoss(), 1, marks=pytest.mark.slow),
+    (SandwichEstimator(), SPGLoss(), 1),
 ], ids=["d1", "d1_two_inner_updates", "coupled", "elbo", "wd1", "spg"])
 def test_the_rewarded_token_passes_probability_0_9_within_100_steps(estimator: object, loss: object,
                                                                      inner: int) -> None:
