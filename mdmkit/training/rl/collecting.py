@@ -83,3 +83,16 @@ class Collections:
         ranks = state.get("ranks")
         if ranks is not None and state["world_size"] == module.trainer.world_size:
             self.kept = dict(ranks[module.global_rank])
+
+
+class HoldsExperience(L.LightningModule):
+    """The checkpoint hooks of an RL module whose `collections` (kept in `__dict__`, out of Lightning's
+    attributes) hold the experience between inner updates: saved with the checkpoint, taken up on resume."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[EXPERIENCE_KEY] = self.__dict__["collections"].state(self)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.__dict__["collections"].restore(self, checkpoint.get(EXPERIENCE_KEY, {}))

@@ -17,12 +17,12 @@ import torch
 
 from mdmkit.training.module import MDMModule
 from mdmkit.training.preflight import MDMParts, RLParts
-from mdmkit.training.rl.collecting import EXPERIENCE_KEY, Collections
+from mdmkit.training.rl.collecting import Collections, HoldsExperience
 from mdmkit.training.rl.step import Experience, collect
 from mdmkit.training.run_config import RunConfig
 
 
-class RLModule(MDMModule):
+class RLModule(HoldsExperience, MDMModule):
     """Network (trained), reference (frozen copy of the starting network, kept where the loss has a KL term),
     the RL settings; the MDM module's EMA, validation and optimizer."""
 
@@ -50,11 +50,3 @@ class RLModule(MDMModule):
                            collections.failures)
 
         return collections.loss(self, batch_idx, collected, self.train_network)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint[EXPERIENCE_KEY] = self.__dict__["collections"].state(self)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.__dict__["collections"].restore(self, checkpoint.get(EXPERIENCE_KEY, {}))

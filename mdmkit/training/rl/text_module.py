@@ -21,7 +21,7 @@ from mdmkit.core.seeding import seeded_generator, stream_seed
 from mdmkit.evaluation.generation import TextModel
 from mdmkit.models.llm.diffusion_lm import DiffusionLM
 from mdmkit.training.datamodule import step_indexed_loader
-from mdmkit.training.rl.collecting import EXPERIENCE_KEY, Collections
+from mdmkit.training.rl.collecting import Collections, HoldsExperience
 from mdmkit.training.rl.plan import TextRLParts
 from mdmkit.training.rl.step import Experience, prepare
 from mdmkit.training.rl.text_rollout import roll_out_text
@@ -65,7 +65,7 @@ class PromptIndices(L.LightningDataModule):
         return step_indexed_loader(self.trainer, (torch.arange(self.count),), self.batch_size, self.seed)
 
 
-class TextRLModule(SFTModule):
+class TextRLModule(HoldsExperience, SFTModule):
     def __init__(self, config: dict[str, Any], parts: TextRLParts, network: DiffusionLM, tokenizer: Any) -> None:
         super().__init__(config, parts, network)
         assert parts.task is not None, "the plan refuses an RL run without a text task"
@@ -91,11 +91,3 @@ class TextRLModule(SFTModule):
             return prepare(self.network, self.reference(), self.rl, self.task, rollouts, seed, collections.failures)
 
         return collections.loss(self, batch_idx, collected, self.network)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint[EXPERIENCE_KEY] = self.__dict__["collections"].state(self)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.__dict__["collections"].restore(self, checkpoint.get(EXPERIENCE_KEY, {}))
