@@ -21,6 +21,7 @@ from typing import Any
 from mdmkit.analysis.pages import markdown_table, run_script
 
 START = "start"
+METHODS = ("grpo", "wd1", "coupled")  # the page's three runs, first; variants (other run names) after them
 
 
 def label(checkpoint: str) -> str:
@@ -152,7 +153,8 @@ def main() -> None:
     trained = {setting for name, results in table.items() if name != START for setting in results}
     if trained:  # the start's other rows (another page's grid) stay out
         table[START] = {setting: result for setting, result in table.get(START, {}).items() if setting in trained}
-    order = [START, *sorted(name for name in table if name != START)]
+    order = [START, *(name for name in METHODS if name in table),
+             *sorted(name for name in table if name != START and name not in METHODS)]
     plot(table, order, args.out.with_suffix(".png"), front)
     print(table_markdown(table, order, front))
     print()
