@@ -279,6 +279,7 @@ def test_a_short_run_learns_gsm8k_pairs_and_saves_a_hub_checkpoint(model_dirs, p
     assert "val/loss" in next(tmp_path.rglob("metrics.csv")).read_text().splitlines()[0]
 
 
+@pytest.mark.slow  # its parts in the default suite: test_lora_saves, test_sft_preflight, test_rl_llm's LoRA resume
 def test_lora_run_saves_merged_and_adapter_resumes_and_evaluates(model_dirs, pairs_file, tmp_path: Path) -> None:
     """The CLI as a user runs it: LoRA, the evaluation after training with a cached sampler, then a resume by the
     run's directory. The merged model equals the base with the saved adapter, and so do their generations."""
